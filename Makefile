@@ -1,0 +1,65 @@
+# TokenFleet — the two commands: `make up` and `make test`. Everything else supports them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+export TOKENFLEET_CACHE ?= $(HOME)/.cache/tokenfleet
+# Debian packages the platform runs, as command:package (tools/preflight.sh installs them).
+export TOKENFLEET_APT :=
+
+.PHONY: help up down status test unit integration lint crds bench clean preflight binaries
+
+help:
+	@echo "make up      start the local platform (control plane, simulated GPU nodes, node agent)"
+	@echo "make down    stop everything make up started"
+	@echo "make test    lint + the full test suite against the real local control plane"
+	@echo "make lint    ruff, mypy --strict, import-linter"
+	@echo "make crds    re-render crds/ from tokenfleet.api"
+	@echo "make clean   stop and remove .tokenfleet/ state (keeps the binary cache)"
+
+preflight:
+	@tools/preflight.sh
+
+# Re-install when the project's dependencies change.
+$(VENV)/.installed: pyproject.toml | preflight
+	@echo "installing the Python environment in $(VENV)/ ..."
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+binaries: preflight
+	@echo "building control-plane binaries (cached in $(TOKENFLEET_CACHE)/bin) ..."
+	@tools/build.sh >/dev/null
+
+up: $(VENV)/.installed binaries
+	@$(PY) -m tokenfleet.devstack up
+
+down: $(VENV)/.installed
+	@$(PY) -m tokenfleet.devstack down
+
+status: $(VENV)/.installed
+	@$(PY) -m tokenfleet.devstack status
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check operator gateway tests
+	$(VENV)/bin/mypy operator/tokenfleet gateway/tokenfleet
+	$(VENV)/bin/lint-imports
+	$(PY) -m tokenfleet.api.crd --check crds
+
+unit: $(VENV)/.installed
+	$(PY) -m pytest tests/unit
+
+integration: $(VENV)/.installed binaries
+	$(PY) -m pytest tests/integration
+
+test: lint binaries
+	$(PY) -m pytest tests
+
+crds: $(VENV)/.installed
+	$(PY) -m tokenfleet.api.crd --write crds
+
+clean: down
+	rm -rf .tokenfleet
