@@ -1,0 +1,264 @@
+"""ModelDeployment: what runs on a pool — model, signed artifact, engine, canary, fallback."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from tokenfleet.api.base import (
+    DNS_LABEL,
+    Condition,
+    Model,
+    cel,
+    conditions_field,
+    observed_generation_field,
+    validations,
+)
+
+#: Served model names are what clients put in "model": keep them URL- and label-friendly.
+MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$"
+ModelName = Annotated[str, Field(pattern=MODEL_NAME)]
+PoolName = Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
+
+
+class ServedModel(Model):
+    """The names clients use."""
+
+    name: str = Field(pattern=MODEL_NAME, description="Served model name (the request's model).")
+    aliases: list[ModelName] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Other names that reach the same model.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+
+
+class SecretKeyRef(Model):
+    """A key inside a Secret in the same namespace."""
+
+    name: str = Field(pattern=DNS_LABEL, max_length=253, description="Secret name.")
+    key: str = Field(default="public.pem", description="Key within the Secret's data.")
+
+
+class SigstoreIdentity(Model):
+    """A keyless Sigstore signer: certificate identity and OIDC issuer."""
+
+    identity: str = Field(min_length=1, description="Expected signer identity, e.g. an email.")
+    issuer: str = Field(min_length=1, description="OIDC issuer URL that vouched for the identity.")
+
+
+class TrustPolicy(Model):
+    """Who may sign the artifact. Exactly one method."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.publicKey) != has(self.sigstore)",
+                "artifact.trust: set exactly one trust method: publicKey (a Secret holding a "
+                "PEM public key) or sigstore (identity and issuer)",
+            )
+        )
+    )
+
+    public_key: SecretKeyRef | None = Field(
+        default=None, description="Verify with this PEM public key."
+    )
+    sigstore: SigstoreIdentity | None = Field(
+        default=None, description="Verify a keyless Sigstore bundle from this identity."
+    )
+
+
+class Artifact(Model):
+    """The model files and their signature. A change here creates a new revision."""
+
+    uri: str = Field(
+        pattern=r"^(file|https?|s3)://.+$",
+        description="Where the model directory lives: file://, http(s):// or s3://.",
+    )
+    digest: str = Field(
+        pattern=r"^sha256:[a-f0-9]{64}$",
+        description="sha256 over the signed manifest (sha256:<64 hex>); pins the exact files.",
+    )
+    signature_uri: str = Field(
+        default="",
+        description="Where the model_signing bundle is; empty means model.sig beside the files.",
+    )
+    trust: TrustPolicy = Field(description="Who may sign the artifact.")
+
+
+class Engine(Model):
+    """vLLM settings rendered into the worker pod's `vllm serve` arguments."""
+
+    image: str = Field(
+        default="ghcr.io/tokenfleet/worker:vllm-v0.11.0",
+        description="Worker image: vllm/vllm-openai plus the verify-then-serve entrypoint.",
+    )
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="Longest context in tokens; unset uses the model's."
+    )
+    enable_prefix_caching: bool = Field(
+        default=True, description="Reuse KV blocks across requests."
+    )
+    tensor_parallel_size: int = Field(default=1, ge=1, le=16, description="GPUs one replica spans.")
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="Share of GPU memory vLLM may use, 0 to 1."
+    )
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, description="Most sequences batched at once; unset uses vLLM's default."
+    )
+    extra_args: list[str] = Field(
+        default_factory=list, description="More `vllm serve` arguments, passed as given."
+    )
+
+
+class CanaryStep(Model):
+    """One step of a canary rollout."""
+
+    weight: int = Field(ge=1, le=100, description="Percent of traffic the new revision receives.")
+    hold_seconds: int = Field(
+        default=300, ge=0, description="How long to hold and analyse before the next step."
+    )
+
+
+class Analysis(Model):
+    """When a canary counts as worse than stable."""
+
+    interval_seconds: int = Field(default=30, ge=1, description="How often to compare revisions.")
+    min_samples: int = Field(
+        default=50, ge=1, description="Requests the canary must serve before it is judged."
+    )
+    max_ttft_p99_ratio: float = Field(
+        default=1.5, gt=0, description="Canary TTFT p99 may be at most this multiple of stable's."
+    )
+    max_inter_token_p99_ratio: float = Field(
+        default=1.5, gt=0, description="Canary inter-token p99 may be at most this multiple."
+    )
+    max_error_rate: float = Field(
+        default=0.02, ge=0, le=1, description="Canary error rate may be at most this, 0 to 1."
+    )
+
+
+def _default_steps() -> list[CanaryStep]:
+    return [CanaryStep(weight=10), CanaryStep(weight=50), CanaryStep(weight=100, hold_seconds=0)]
+
+
+class Rollout(Model):
+    """How a new revision replaces the stable one. Manual controls live here so Git decides."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.steps.all(s, self.steps.exists_one(t, t.weight == s.weight)) && "
+                "self.steps.map(s, s.weight).isSorted()",
+                "rollout.steps: weights must be strictly ascending, for example 10, 50, 100",
+            ),
+            cel(
+                "!(self.abort && self.promote)",
+                "rollout: abort and promote cannot both be true",
+            ),
+        )
+    )
+
+    steps: list[CanaryStep] = Field(
+        default_factory=_default_steps,
+        min_length=1,
+        max_length=10,
+        description="Canary steps, weights strictly ascending.",
+    )
+    analysis: Analysis = Field(default_factory=Analysis, description="Canary pass criteria.")
+    paused: bool = Field(default=False, description="Hold the rollout at its current step.")
+    abort: bool = Field(default=False, description="Roll back to stable now.")
+    promote: bool = Field(default=False, description="Skip the remaining steps and promote now.")
+
+
+class Fallback(Model):
+    """Where requests go when this model has no ready replica or no capacity."""
+
+    model: str = Field(pattern=MODEL_NAME, description="Served name of the fallback model.")
+
+
+class ModelDeploymentSpec(Model):
+    """Desired model serving."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.fallback) || (self.fallback.model != self.model.name && "
+                "!(self.fallback.model in self.model.aliases))",
+                "fallback.model must name another model, not this one or its aliases",
+            )
+        )
+    )
+
+    model: ServedModel = Field(description="The names clients use.")
+    pools: list[PoolName] = Field(
+        min_length=1,
+        max_length=8,
+        description="InferencePools (same namespace) that run this model.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    artifact: Artifact = Field(description="Signed model files.")
+    engine: Engine = Field(default_factory=Engine, description="vLLM settings.")
+    rollout: Rollout = Field(default_factory=Rollout, description="Canary policy.")
+    fallback: Fallback | None = Field(default=None, description="Model to use when this one can't.")
+
+    @model_validator(mode="after")
+    def _mirror_cel(self) -> ModelDeploymentSpec:
+        """The CRD's CEL rules, so that parsing outside the API server rejects the same specs."""
+        weights = [s.weight for s in self.rollout.steps]
+        trust = self.artifact.trust
+        problems = [
+            (
+                (trust.public_key is None) == (trust.sigstore is None),
+                "set exactly one trust method",
+            ),
+            (weights != sorted(set(weights)), "rollout.steps: weights must be strictly ascending"),
+            (self.rollout.abort and self.rollout.promote, "abort and promote both true"),
+            (
+                self.fallback is not None
+                and self.fallback.model in (self.model.name, *self.model.aliases),
+                "fallback.model must name another model",
+            ),
+        ]
+        for failed, message in problems:
+            if failed:
+                raise ValueError(message)
+        return self
+
+
+class Revision(Model):
+    """One artifact + engine combination the operator has seen."""
+
+    name: str = Field(description="Hash-derived revision name.")
+    digest: str = Field(description="Artifact digest of this revision.")
+    verified: bool = Field(default=False, description="Signature and every file digest checked.")
+    signer: str = Field(default="", description="Who signed the artifact, once verified.")
+    ready_replicas: int = Field(default=0, description="Ready replicas of this revision.")
+    weight: int = Field(default=0, description="Percent of traffic it receives.")
+
+
+Phase = Literal["Pending", "Verifying", "Progressing", "Available", "RolledBack", "Failed"]
+
+
+class ModelDeploymentStatus(Model):
+    """Observed state of the deployment, written by the operator."""
+
+    observed_generation: int | None = observed_generation_field()
+    phase: Phase = Field(default="Pending", description="Where the deployment is in its life.")
+    stable_revision: str = Field(default="", description="Revision serving most traffic.")
+    canary_revision: str = Field(default="", description="Revision being rolled out, if any.")
+    canary_step: int = Field(default=0, description="Index of the current canary step.")
+    revisions: list[Revision] = Field(
+        default_factory=list,
+        description="Known revisions.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    conditions: list[Condition] = conditions_field()
+
+
+class ModelDeployment(Model):
+    """A model served from a signed artifact on one or more pools."""
+
+    spec: ModelDeploymentSpec = Field(description="Desired serving.")
+    status: ModelDeploymentStatus | None = Field(default=None, description="Observed state.")

@@ -1,0 +1,27 @@
+"""Every label and annotation key TokenFleet reads or writes: one home for the vocabulary."""
+
+from __future__ import annotations
+
+PREFIX = "tokenfleet.io"
+
+#: Role of a pod: "worker" pods run an inference engine (and get a simulator in the local stack).
+ROLE = f"{PREFIX}/role"
+ROLE_WORKER = "worker"
+
+POOL = f"{PREFIX}/pool"
+MODEL = f"{PREFIX}/model"
+REVISION = f"{PREFIX}/revision"
+ZONE = f"{PREFIX}/zone"
+
+#: Standard Kubernetes node labels.
+TOPOLOGY_ZONE = "topology.kubernetes.io/zone"
+HOSTNAME = "kubernetes.io/hostname"
+GPU_PRODUCT = "nvidia.com/gpu.product"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+#: Local stack only: marks a simulated node; kwok manages it and the node agent runs its pods.
+SIMULATED_NODE = f"{PREFIX}/simulated-node"
+#: Local stack only: set to "true" on a simulated node to take it down (NotReady at once).
+SIMULATED_OUTAGE = f"{PREFIX}/simulated-outage"
+#: Local stack only: extra llm-d-inference-sim flags for a worker pod, space-separated.
+SIM_ARGS = "sim.tokenfleet.io/args"

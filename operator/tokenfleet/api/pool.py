@@ -1,0 +1,379 @@
+"""InferencePool: GPU capacity — accelerator, zones, warm floor, bounds, scaling, admission."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from tokenfleet.api.base import (
+    DNS_LABEL,
+    Condition,
+    Model,
+    cel,
+    conditions_field,
+    observed_generation_field,
+    validations,
+)
+
+
+class Toleration(Model):
+    """A Kubernetes toleration copied onto every worker pod of the pool."""
+
+    key: str = Field(
+        default="", description="Taint key to tolerate; empty with Exists matches all."
+    )
+    operator: Literal["Exists", "Equal"] = Field(
+        default="Equal", description="Equal matches key and value; Exists matches the key alone."
+    )
+    value: str = Field(default="", description="Taint value, with operator Equal.")
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        default="", description="Taint effect to tolerate; empty tolerates every effect."
+    )
+
+
+class Accelerator(Model):
+    """What one replica needs from a node."""
+
+    resource_name: str = Field(
+        default="nvidia.com/gpu",
+        description="Extended resource that counts accelerators on a node.",
+    )
+    count: int = Field(
+        default=1, ge=1, le=16, description="Accelerators per replica (tensor parallel size)."
+    )
+    product: str = Field(
+        default="",
+        description="Required value of the node label nvidia.com/gpu.product, for example "
+        "NVIDIA-H100-80GB-HBM3. Empty accepts any product.",
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Extra node labels every worker pod requires."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="Tolerations for tainted GPU nodes."
+    )
+
+
+class Zones(Model):
+    """Failure domains the pool spreads across."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "size(self.names) == 0 || self.tolerateLoss < size(self.names)",
+                "zones.tolerateLoss must be smaller than the number of zones in zones.names: "
+                "losing every zone leaves nothing to serve",
+            )
+        )
+    )
+
+    topology_key: str = Field(
+        default="topology.kubernetes.io/zone", description="Node label whose values name zones."
+    )
+    names: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Zones to use. Empty uses every zone that has matching nodes.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    tolerate_loss: int = Field(
+        default=0,
+        ge=0,
+        le=4,
+        description="Zones that may be lost at once while the pool still serves its minimum: "
+        "the operator keeps enough replicas that losing the largest tolerateLoss zones leaves "
+        "the needed capacity.",
+    )
+
+
+class Warm(Model):
+    """Ready headroom that never scales away: cold GPU starts take minutes."""
+
+    per_zone: int = Field(
+        default=1, ge=0, le=64, description="Ready replicas kept in every healthy zone."
+    )
+
+
+class ReplicaBounds(Model):
+    """Hard bounds on the pool's total replica count."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.min <= self.max",
+                "replicas.min must be less than or equal to replicas.max",
+            )
+        )
+    )
+
+    min: int = Field(default=1, ge=0, le=10000, description="Fewest replicas, in all zones.")
+    max: int = Field(default=10, ge=1, le=10000, description="Most replicas, in all zones.")
+
+
+Weekday = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+EVERY_DAY: list[Weekday] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+HHMM = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+
+
+class ScheduleWindow(Model):
+    """Replica bounds for a known event (predictive scaling), in UTC."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.minReplicas <= self.maxReplicas",
+                "autoscaling.schedules: minReplicas must be less than or equal to maxReplicas",
+            )
+        )
+    )
+
+    name: str = Field(pattern=DNS_LABEL, max_length=63, description="Name of the window.")
+    days: list[Weekday] = Field(
+        default_factory=lambda: list(EVERY_DAY),
+        min_length=1,
+        description="Days on which the window applies.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    start: str = Field(pattern=HHMM, description="Start time, HH:MM in UTC.")
+    end: str = Field(
+        pattern=HHMM, description="End time, HH:MM in UTC; before start wraps midnight."
+    )
+    min_replicas: int = Field(ge=0, le=10000, description="Fewest replicas during the window.")
+    max_replicas: int = Field(ge=1, le=10000, description="Most replicas during the window.")
+
+
+class Autoscaling(Model):
+    """Targets and damping for the replica decision (queue age and KV usage, never CPU)."""
+
+    enabled: bool = Field(default=True, description="Scale on signals; false holds replicas.min.")
+    target_queue_age_ms: int = Field(
+        default=500,
+        ge=1,
+        description="Oldest request in the gateways' queues for this pool, in milliseconds.",
+    )
+    target_kv_cache_usage: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="Mean vllm:kv_cache_usage_perc over ready workers, 0 to 1.",
+    )
+    target_waiting_per_replica: int = Field(
+        default=4, ge=1, description="Mean vllm:num_requests_waiting per ready worker."
+    )
+    scale_up_stabilization_seconds: int = Field(
+        default=15, ge=0, description="Highest recommendation over this window wins going up."
+    )
+    scale_down_stabilization_seconds: int = Field(
+        default=300,
+        ge=0,
+        description="Highest recommendation over this window wins going down; long, so a lull "
+        "does not shed warm capacity that takes minutes to restore.",
+    )
+    max_scale_up_step: int = Field(default=4, ge=1, description="Most replicas added per decision.")
+    max_scale_down_step: int = Field(
+        default=1, ge=1, description="Most replicas removed per decision."
+    )
+    readiness_delay_seconds: int = Field(
+        default=180,
+        ge=0,
+        description="Expected time from pod creation to Ready (model load); starting pods are "
+        "credited as capacity for this long.",
+    )
+    panic_queue_age_multiple: float = Field(
+        default=3.0,
+        ge=1,
+        description="Queue age above this multiple of its target skips up-stabilisation.",
+    )
+    schedules: list[ScheduleWindow] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Replica bounds for known events, applied on top of replicas.",
+    )
+
+
+class AdmissionClass(Model):
+    """A priority class of requests with its own bounded queue."""
+
+    name: str = Field(pattern=DNS_LABEL, max_length=63, description="Class name tenants refer to.")
+    priority: int = Field(ge=0, le=1000, description="Higher is served first and shed last.")
+    max_queue_depth: int = Field(
+        default=256, ge=1, description="Requests waiting in this class before new ones get 429."
+    )
+    max_queue_age_ms: int = Field(
+        default=2000, ge=1, description="Longest a request may wait before it is shed (503)."
+    )
+    default_deadline_ms: int = Field(
+        default=60000,
+        ge=1,
+        description="Deadline for a request that sends no X-TokenFleet-Deadline-Ms header.",
+    )
+    reserved_percent: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="Share of the pool's concurrency only this class may use.",
+    )
+    degraded_max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Under overload, cap max_tokens of this class's requests to this value "
+        "instead of shedding them. Unset: no degraded mode.",
+    )
+
+
+def _default_classes() -> list[AdmissionClass]:
+    return [
+        AdmissionClass(name="critical", priority=300, reserved_percent=10),
+        AdmissionClass(name="interactive", priority=200),
+        AdmissionClass(
+            name="batch", priority=100, max_queue_age_ms=30000, default_deadline_ms=600000
+        ),
+    ]
+
+
+class Admission(Model):
+    """How requests queue for the pool."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.classes.all(c, self.classes.exists_one(d, d.name == c.name))",
+                "admission.classes: class names must be unique",
+            ),
+            cel(
+                "self.classes.map(c, c.reservedPercent).sum() <= 100",
+                "admission.classes: reservedPercent must add up to at most 100 across classes",
+            ),
+        )
+    )
+
+    classes: list[AdmissionClass] = Field(
+        default_factory=_default_classes,
+        min_length=1,
+        max_length=8,
+        description="Priority classes; tenants name one of them.",
+    )
+
+
+class Routing(Model):
+    """How the gateway picks a replica for a request."""
+
+    policy: Literal["PrefixAware", "LeastLoad", "RoundRobin"] = Field(
+        default="PrefixAware",
+        description="PrefixAware scores prefix-cache affinity, load and zone; LeastLoad only "
+        "load; RoundRobin ignores both.",
+    )
+    prefix_weight: float = Field(default=2.0, ge=0, description="Weight of prefix affinity.")
+    load_weight: float = Field(default=1.0, ge=0, description="Weight of replica load.")
+    zone_weight: float = Field(default=0.5, ge=0, description="Weight of same-zone preference.")
+
+
+class InferencePoolSpec(Model):
+    """Desired GPU capacity."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "size(self.zones.names) == 0 || "
+                "self.warm.perZone * size(self.zones.names) <= self.replicas.max",
+                "warm.perZone times the number of zones must not exceed replicas.max: the warm "
+                "floor alone would need more replicas than allowed",
+            )
+        )
+    )
+
+    accelerator: Accelerator = Field(
+        default_factory=Accelerator, description="What one replica needs from a node."
+    )
+    zones: Zones = Field(default_factory=Zones, description="Failure domains to spread across.")
+    warm: Warm = Field(default_factory=Warm, description="Ready headroom kept in every zone.")
+    replicas: ReplicaBounds = Field(
+        default_factory=ReplicaBounds, description="Bounds on the total replica count."
+    )
+    autoscaling: Autoscaling = Field(
+        default_factory=Autoscaling, description="Targets and damping for scaling."
+    )
+    admission: Admission = Field(
+        default_factory=Admission, description="Priority classes and their queues."
+    )
+    routing: Routing = Field(default_factory=Routing, description="Replica choice policy.")
+    max_input_tokens: int = Field(
+        default=8192,
+        ge=1,
+        description="Context bucket: longest prompt, in tokens, this pool accepts.",
+    )
+
+    @model_validator(mode="after")
+    def _mirror_cel(self) -> InferencePoolSpec:
+        """The CRD's CEL rules, so that parsing outside the API server rejects the same specs."""
+        names = [c.name for c in self.admission.classes]
+        problems = [
+            (self.replicas.min > self.replicas.max, "replicas.min must not exceed replicas.max"),
+            (
+                bool(self.zones.names)
+                and self.warm.per_zone * len(self.zones.names) > self.replicas.max,
+                "warm.perZone x zones exceeds replicas.max",
+            ),
+            (
+                bool(self.zones.names) and self.zones.tolerate_loss >= len(self.zones.names),
+                "zones.tolerateLoss must be smaller than the number of zones",
+            ),
+            (len(set(names)) != len(names), "admission.classes: class names must be unique"),
+            (
+                sum(c.reserved_percent for c in self.admission.classes) > 100,
+                "admission.classes: reservedPercent must add up to at most 100",
+            ),
+            *[
+                (w.min_replicas > w.max_replicas, f"schedule {w.name}: min above max")
+                for w in self.autoscaling.schedules
+            ],
+        ]
+        for failed, message in problems:
+            if failed:
+                raise ValueError(message)
+        return self
+
+
+class ZoneStatus(Model):
+    """Replicas of one zone."""
+
+    name: str = Field(description="Zone name.")
+    desired: int = Field(default=0, description="Replicas the operator wants here.")
+    ready: int = Field(default=0, description="Replicas Ready here.")
+    healthy: bool = Field(default=True, description="False while the zone is considered lost.")
+    message: str = Field(default="", description="Why the zone is unhealthy, if it is.")
+
+
+class ScalingDecision(Model):
+    """The last replica decision and why it was taken."""
+
+    replicas: int = Field(description="Replicas decided.")
+    reason: str = Field(description="Which signal or bound decided, for example WarmFloor.")
+    message: str = Field(default="", description="The decision explained for a human.")
+    time: str = Field(description="RFC 3339 time of the decision.")
+
+
+class InferencePoolStatus(Model):
+    """Observed state of the pool, written by the operator."""
+
+    observed_generation: int | None = observed_generation_field()
+    replicas: int = Field(default=0, description="Replicas desired in all zones.")
+    ready_replicas: int = Field(default=0, description="Replicas Ready in all zones.")
+    warm_replicas: int = Field(default=0, description="Ready replicas held by the warm floor.")
+    zones: list[ZoneStatus] = Field(
+        default_factory=list,
+        description="Per-zone replicas.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    last_scaling: ScalingDecision | None = Field(
+        default=None, description="The most recent scaling decision."
+    )
+    conditions: list[Condition] = conditions_field()
+
+
+class InferencePool(Model):
+    """A pool of warm GPU replicas spread across zones."""
+
+    spec: InferencePoolSpec = Field(description="Desired capacity.")
+    status: InferencePoolStatus | None = Field(default=None, description="Observed state.")

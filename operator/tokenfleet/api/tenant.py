@@ -1,0 +1,125 @@
+"""Tenant: who may call — API key hashes, allowed models, priority class, token quotas."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from tokenfleet.api.base import (
+    DNS_LABEL,
+    Condition,
+    Model,
+    cel,
+    conditions_field,
+    observed_generation_field,
+    validations,
+)
+
+
+class ApiKeySecretRef(Model):
+    """The Secret that holds this tenant's API key hashes (never the keys)."""
+
+    name: str = Field(
+        pattern=DNS_LABEL,
+        max_length=253,
+        description="Secret in the same namespace; each data entry is one key's "
+        "sha256:<hex> hash. `tokenfleet tenant create-key` writes it.",
+    )
+
+
+class Quotas(Model):
+    """Token-aware limits, shared by every gateway replica. Unset means unlimited."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.tokensPerMinute) || !has(self.tokensPerDay) || "
+                "self.tokensPerDay >= self.tokensPerMinute",
+                "quotas.tokensPerDay must be at least quotas.tokensPerMinute",
+            )
+        )
+    )
+
+    requests_per_minute: int | None = Field(default=None, ge=1, description="Requests per minute.")
+    tokens_per_minute: int | None = Field(
+        default=None, ge=1, description="Input plus output tokens per minute."
+    )
+    tokens_per_day: int | None = Field(
+        default=None, ge=1, description="Input plus output tokens per UTC day."
+    )
+    max_concurrent: int | None = Field(
+        default=None, ge=1, description="Requests in flight at once."
+    )
+
+
+class CacheIsolation(Model):
+    """Whose prefix-cache entries this tenant may hit. The gateway sets vLLM's cache_salt."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "(self.mode == 'SharedGroup') == (size(self.group) > 0)",
+                "cacheIsolation: group must be set when mode is SharedGroup, and only then",
+            )
+        )
+    )
+
+    mode: Literal["Isolated", "SharedGroup"] = Field(
+        default="Isolated",
+        description="Isolated: a salt of its own. SharedGroup: the salt of the named group.",
+    )
+    group: str = Field(
+        default="", max_length=63, description="Group whose tenants share cache entries."
+    )
+
+
+class TenantSpec(Model):
+    """Desired access."""
+
+    api_key_secret_ref: ApiKeySecretRef = Field(description="Secret with key hashes.")
+    allowed_models: list[str] = Field(
+        min_length=1,
+        max_length=64,
+        description='Served model names this tenant may call; "*" allows all.',
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    priority_class: str = Field(
+        default="interactive",
+        pattern=DNS_LABEL,
+        max_length=63,
+        description="Admission class of this tenant's requests (a class of the pool).",
+    )
+    quotas: Quotas = Field(default_factory=Quotas, description="Token-aware limits.")
+    cache_isolation: CacheIsolation = Field(
+        default_factory=CacheIsolation, description="Prefix-cache sharing policy."
+    )
+    max_tokens_cap: int | None = Field(
+        default=None, ge=1, description="Largest max_tokens a request may ask for."
+    )
+
+    @model_validator(mode="after")
+    def _mirror_cel(self) -> TenantSpec:
+        """The CRD's CEL rules, so that parsing outside the API server rejects the same specs."""
+        q, c = self.quotas, self.cache_isolation
+        per_day, per_minute = q.tokens_per_day, q.tokens_per_minute
+        if per_day is not None and per_minute is not None and per_day < per_minute:
+            raise ValueError("quotas.tokensPerDay must be at least quotas.tokensPerMinute")
+        if (c.mode == "SharedGroup") != bool(c.group):
+            raise ValueError("cacheIsolation: group must be set when mode is SharedGroup")
+        return self
+
+
+class TenantStatus(Model):
+    """Observed state of the tenant."""
+
+    observed_generation: int | None = observed_generation_field()
+    key_count: int = Field(default=0, description="API key hashes found in the Secret.")
+    conditions: list[Condition] = conditions_field()
+
+
+class Tenant(Model):
+    """A caller of the platform."""
+
+    spec: TenantSpec = Field(description="Desired access.")
+    status: TenantStatus | None = Field(default=None, description="Observed state.")

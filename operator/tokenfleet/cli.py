@@ -1,0 +1,32 @@
+"""The ``tokenfleet`` command: one entry point whose subcommands load only what they need."""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = """usage: tokenfleet COMMAND [ARGS]
+
+commands:
+  dev up|down|status   the local platform (same as make up / make down)
+  crds --write|--check DIR
+                       render the CustomResourceDefinitions from tokenfleet.api
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch to a subcommand's own ``main``."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command == "dev":
+        from tokenfleet.devstack.__main__ import main as dev
+
+        return dev(rest)
+    if command == "crds":
+        from tokenfleet.api.crd import main as crds
+
+        return crds(rest)
+    print(f"tokenfleet: unknown command {command!r}\n{USAGE}", file=sys.stderr)
+    return 2
