@@ -1,0 +1,198 @@
+"""``python -m tokenfleet.devstack up|down|status|run``: the local platform's command line.
+
+``up`` starts a stack in the background (``make up``), waits until it is ready and prints how to
+use it; a second ``up`` reports the running stack. ``down`` stops it. ``run`` is the foreground
+process behind both, also used by the test suite's session fixture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tokenfleet.devstack import controlplane, nodes, stack
+
+DEFAULT_STATE = Path(".tokenfleet")
+DEFAULT_BIN = (
+    Path(os.environ.get("TOKENFLEET_CACHE", Path.home() / ".cache/tokenfleet")) / "bin/current"
+)
+START_TIMEOUT_SECONDS = 180.0
+
+
+def _ports(text: str) -> controlplane.Ports | None:
+    """``default`` (fixed ports), ``auto`` (free ones: None) or ``offset:N`` (defaults + N)."""
+    if text == "auto":
+        return None
+    if text == "default":
+        return controlplane.DEFAULT_PORTS
+    if text.startswith("offset:") and text[7:].isdigit():
+        return controlplane.DEFAULT_PORTS.shifted(int(text[7:]))
+    raise argparse.ArgumentTypeError(f"--ports takes default, auto or offset:N, not {text!r}")
+
+
+def _options(args: argparse.Namespace) -> stack.Options:
+    ports = _ports(args.ports)
+    shape = nodes.NodeShape(nodes_per_zone=args.nodes_per_zone, gpus_per_node=args.gpus_per_node)
+    return stack.Options(
+        state_dir=args.state_dir.resolve(), bin_dir=args.bin_dir.resolve(), ports=ports, shape=shape
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.die_with_parent:  # SIGTERM, not SIGKILL: the stack then stops its children itself
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
+    try:
+        stack.serve(_options(args))
+    except stack.StackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _usage(state_dir: Path, info: dict[str, object], bin_dir: Path) -> str:
+    return f"""
+TokenFleet local platform is up: a real Kubernetes control plane with simulated GPU nodes
+(control plane ready in {info.get("startSeconds")} s; pid {info.get("pid")}).
+
+  export KUBECONFIG={info["kubeconfig"]}
+  export PATH={bin_dir}:$PATH        # the kubectl built for this stack
+
+  kubectl get nodes -L topology.kubernetes.io/zone,nvidia.com/gpu.product
+  kubectl apply -f examples/01-three-zone-pool/ -f examples/02-model-deployment/ \\
+                -f examples/03-two-tenants/
+  kubectl get tokenfleet             # every TokenFleet resource with its printer columns
+  kubectl explain inferencepool.spec
+
+Logs: {state_dir}/logs/   Stop everything: make down
+"""
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    options = _options(args)
+    state_dir = options.state_dir
+    pid = stack.running_pid(state_dir)
+    info_file = stack.info_path(state_dir)
+    if pid is not None:
+        print(f"TokenFleet is already running (pid {pid}) from {state_dir}; not starting another.")
+        if info_file.exists():
+            print(_usage(state_dir, json.loads(info_file.read_text()), options.bin_dir))
+        return 0
+    state_dir.mkdir(parents=True, exist_ok=True)
+    log_file = state_dir / "logs" / "stack.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "tokenfleet.devstack",
+        "run",
+        "--state-dir",
+        str(state_dir),
+        "--bin-dir",
+        str(options.bin_dir),
+        "--ports",
+        args.ports,
+        "--nodes-per-zone",
+        str(args.nodes_per_zone),
+        "--gpus-per-node",
+        str(args.gpus_per_node),
+    ]
+    with log_file.open("ab") as out:
+        child = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    print(
+        "starting etcd, kube-apiserver, controller-manager, scheduler, kwok, node agent",
+        end="",
+        flush=True,
+    )
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if info_file.exists():
+            print(" done.")
+            print(_usage(state_dir, json.loads(info_file.read_text()), options.bin_dir))
+            return 0
+        if child.poll() is not None:
+            print(" failed.")
+            tail = log_file.read_text(errors="replace").splitlines()[-20:]
+            print("\n".join(tail), file=sys.stderr)
+            return 1
+        print(".", end="", flush=True)
+        time.sleep(1.0)
+    print(" timed out; see", log_file)
+    child.terminate()
+    return 1
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    state_dir = args.state_dir.resolve()
+    pid = stack.running_pid(state_dir)
+    if pid is None:
+        print("TokenFleet is not running.")
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while stack.running_pid(state_dir) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if stack.running_pid(state_dir) is not None:
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+        print(f"stack (pid {pid}) did not stop in time; killed it")
+        return 1
+    print(f"TokenFleet stopped (pid {pid}).")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state_dir = args.state_dir.resolve()
+    pid = stack.running_pid(state_dir)
+    info_file = stack.info_path(state_dir)
+    if pid is None:
+        print("TokenFleet is not running.")
+        return 3
+    print(info_file.read_text() if info_file.exists() else f"starting (pid {pid})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tokenfleet.devstack", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, fn in (("up", cmd_up), ("run", cmd_run), ("down", cmd_down), ("status", cmd_status)):
+        p = sub.add_parser(name)
+        p.set_defaults(fn=fn)
+        p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE)
+        p.add_argument("--bin-dir", type=Path, default=DEFAULT_BIN)
+        p.add_argument(
+            "--ports",
+            help="default, auto (free ports) or offset:N (default ports + N)",
+            default=os.environ.get("TOKENFLEET_PORTS", "default"),
+        )
+        p.add_argument("--nodes-per-zone", type=int, default=2)
+        p.add_argument("--gpus-per-node", type=int, default=8)
+        p.add_argument(
+            "--die-with-parent",
+            action="store_true",
+            help="stop when the parent process dies (test fixtures)",
+        )
+    args = parser.parse_args(argv)
+    try:
+        _ports(args.ports)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    code: int = args.fn(args)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,201 @@
+"""Command lines and health checks of the control plane's components (pure: values in, argv out).
+
+Start order: etcd → kube-apiserver → kube-controller-manager → kube-scheduler → kwok. Flags are
+the smallest set that works on a host with no default route, no container runtime and loopback
+pod IPs; each unusual one says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Ports:
+    """Loopback TCP ports of the control plane."""
+
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    scheduler: int
+    kwok: int
+
+    def shifted(self, offset: int) -> Ports:
+        """Every port moved by ``offset`` (to run beside another stack)."""
+        return Ports(**{name: port + offset for name, port in self.named().items()})
+
+    def named(self) -> dict[str, int]:
+        """Component → port, for reporting a port that is taken."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+#: Ports `make up` uses; tests pick free ones instead so that both can run at once.
+DEFAULT_PORTS = Ports(
+    etcd_client=23790,
+    etcd_peer=23800,
+    apiserver=6443,
+    controller_manager=10257,
+    scheduler=10259,
+    kwok=10247,
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Files:
+    """Where the control plane keeps its state under the stack's state directory."""
+
+    root: Path
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.root / "etcd"
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def service_account_key(self) -> Path:
+        return self.pki / "service-account.key"
+
+    @property
+    def tokens(self) -> Path:
+        return self.pki / "tokens.csv"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def kwok_config(self) -> Path:
+        return self.root / "kwok-stages.yaml"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+
+def etcd(bin_dir: Path, ports: Ports, files: Files) -> list[str]:
+    peer = f"http://127.0.0.1:{ports.etcd_peer}"
+    client = f"http://127.0.0.1:{ports.etcd_client}"
+    return [
+        str(bin_dir / "etcd"),
+        "--name=tokenfleet",
+        f"--data-dir={files.etcd_data}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=tokenfleet={peer}",
+        "--unsafe-no-fsync=true",  # a throwaway dev cluster: durability is not worth the latency
+        "--log-level=warn",
+    ]
+
+
+def apiserver(bin_dir: Path, ports: Ports, files: Files) -> list[str]:
+    return [
+        str(bin_dir / "kube-apiserver"),
+        f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",  # else start-up fails on a host with no default route
+        f"--secure-port={ports.apiserver}",
+        f"--cert-dir={files.pki}",
+        f"--token-auth-file={files.tokens}",
+        "--authorization-mode=RBAC",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={files.service_account_key}",
+        f"--service-account-signing-key-file={files.service_account_key}",
+        "--service-cluster-ip-range=10.96.0.0/16",
+        "--allow-privileged=true",
+        "--endpoint-reconciler-type=none",  # the 'kubernetes' Service would point at loopback
+        "--profiling=false",
+    ]
+
+
+def controller_manager(bin_dir: Path, ports: Ports, files: Files) -> list[str]:
+    return [
+        str(bin_dir / "kube-controller-manager"),
+        f"--kubeconfig={files.kubeconfig}",
+        "--leader-elect=false",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ports.controller_manager}",
+        f"--service-account-private-key-file={files.service_account_key}",
+        # EndpointSlices reject loopback pod IPs; the gateway watches pods instead.
+        "--controllers=*,-endpoints-controller,-endpointslice-controller,"
+        "-endpointslice-mirroring-controller",
+        # kwok heartbeats every few seconds; a short grace period makes a lost zone visible fast.
+        "--node-monitor-grace-period=20s",
+        "--profiling=false",
+    ]
+
+
+def scheduler(bin_dir: Path, ports: Ports, files: Files) -> list[str]:
+    return [
+        str(bin_dir / "kube-scheduler"),
+        f"--kubeconfig={files.kubeconfig}",
+        "--leader-elect=false",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ports.scheduler}",
+        "--profiling=false",
+    ]
+
+
+def kwok(bin_dir: Path, ports: Ports, files: Files) -> list[str]:
+    return [
+        str(bin_dir / "kwok"),
+        f"--kubeconfig={files.kubeconfig}",
+        "--manage-all-nodes=true",
+        f"--config={files.kwok_config}",
+        "--node-ip=127.0.0.1",
+        "--cidr=127.0.250.0/24",  # only for nodes without a podCIDR; ours all have one
+        f"--server-address=127.0.0.1:{ports.kwok}",
+    ]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Component:
+    """One process of the control plane and the URL that says it is healthy."""
+
+    name: str
+    argv: list[str]
+    health_url: str
+    needs_token: bool
+
+
+def components(bin_dir: Path, ports: Ports, files: Files) -> list[Component]:
+    """The control plane in start order."""
+    https = "https://127.0.0.1"
+    return [
+        Component(
+            name="etcd",
+            argv=etcd(bin_dir, ports, files),
+            health_url=f"http://127.0.0.1:{ports.etcd_client}/health",
+            needs_token=False,
+        ),
+        Component(
+            name="kube-apiserver",
+            argv=apiserver(bin_dir, ports, files),
+            health_url=f"{https}:{ports.apiserver}/readyz",
+            needs_token=True,
+        ),
+        Component(
+            name="kube-controller-manager",
+            argv=controller_manager(bin_dir, ports, files),
+            health_url=f"{https}:{ports.controller_manager}/healthz",
+            needs_token=False,
+        ),
+        Component(
+            name="kube-scheduler",
+            argv=scheduler(bin_dir, ports, files),
+            health_url=f"{https}:{ports.scheduler}/healthz",
+            needs_token=False,
+        ),
+        Component(
+            name="kwok",
+            argv=kwok(bin_dir, ports, files),
+            health_url=f"http://127.0.0.1:{ports.kwok}/healthz",
+            needs_token=False,
+        ),
+    ]

@@ -1,0 +1,245 @@
+"""The node agent: a kubelet stand-in for simulated nodes.
+
+For every Running worker pod on a simulated node that is Ready, it runs one llm-d-inference-sim
+process and a TCP forwarder from ``podIP:port`` to it, and marks the pod Ready only once a tiny
+chat completion through that address succeeds. When the pod goes away, its node is deleted or
+goes NotReady, the simulator stops. A simulator that exits is reported (pod NotReady) and
+restarted, as a kubelet restarts a crashed container. Other pods on simulated nodes are marked
+Ready at once, as kwok would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tokenfleet.devstack import processes, simulated
+from tokenfleet.devstack.kubeapi import ApiError, KubeApi, Obj
+
+log = logging.getLogger("tokenfleet.devstack.nodeagent")
+
+PROBE_INTERVAL_SECONDS = 0.5
+PROBE_TIMEOUT_SECONDS = 2.0
+RESTART_BACKOFF_SECONDS = 1.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _pod_path(pod: Obj) -> str:
+    meta = pod["metadata"]
+    return f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+
+
+def _is_ready(obj: Obj) -> bool:
+    conditions: list[Obj] = obj.get("status", {}).get("conditions", [])
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _readiness_patch(pod: Obj, ready: bool, reason: str) -> Obj:
+    status = "True" if ready else "False"
+    now = _now()
+    return {
+        "conditions": [
+            {"type": t, "status": status, "reason": reason, "lastTransitionTime": now}
+            for t in ("ContainersReady", "Ready")
+        ],
+        "containerStatuses": [
+            {**c, "ready": ready} for c in pod.get("status", {}).get("containerStatuses", [])
+        ],
+    }
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class RunningSim:
+    """A simulator process and the forwarder that makes it reachable at the pod's IP."""
+
+    spec: simulated.SimSpec
+    child: processes.Child
+    server: asyncio.Server
+    ready: bool = False
+    probe: asyncio.Task[None] | None = None
+
+
+class NodeAgent:
+    """Watches nodes and pods; keeps one simulator per eligible pod."""
+
+    def __init__(self, *, api: KubeApi, sim_binary: Path, logs: Path) -> None:
+        self._api = api
+        self._sim_binary = sim_binary
+        self._logs = logs
+        self._nodes: dict[str, bool] = {}  # simulated node name → Ready
+        self._pods: dict[str, Obj] = {}  # uid → pod on a simulated node
+        self._sims: dict[str, RunningSim] = {}
+        self._wake = asyncio.Event()
+        self._session: aiohttp.ClientSession | None = None
+
+    async def run(self) -> None:
+        """Reconcile until cancelled; stops every simulator on the way out."""
+        self._session = aiohttp.ClientSession()
+        watches = [
+            asyncio.create_task(self._watch_nodes()),
+            asyncio.create_task(self._watch_pods()),
+        ]
+        try:
+            while True:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=1.0)
+                self._wake.clear()
+                await self._reconcile()
+        finally:
+            for task in watches:
+                task.cancel()
+            for uid in list(self._sims):
+                await self._stop(uid)
+            await self._session.close()
+
+    def simulators(self) -> dict[str, simulated.SimSpec]:
+        """Pod key → running simulator (for status output and tests)."""
+        return {s.spec.pod_key: s.spec for s in self._sims.values()}
+
+    async def _watch_nodes(self) -> None:
+        from tokenfleet.api import labels
+
+        async for kind, node in self._api.list_watch(
+            "/api/v1/nodes", selector=f"{labels.SIMULATED_NODE}=true"
+        ):
+            name = node["metadata"]["name"]
+            if kind == "DELETED":
+                self._nodes.pop(name, None)
+            else:
+                self._nodes[name] = _is_ready(node)
+            self._wake.set()
+
+    async def _watch_pods(self) -> None:
+        async for kind, pod in self._api.list_watch("/api/v1/pods"):
+            uid = pod["metadata"]["uid"]
+            if kind == "DELETED":
+                self._pods.pop(uid, None)
+            else:
+                self._pods[uid] = pod
+            self._wake.set()
+
+    async def _reconcile(self) -> None:
+        wanted: dict[str, simulated.SimSpec] = {}
+        for uid, pod in list(self._pods.items()):
+            node = pod.get("spec", {}).get("nodeName", "")
+            if node not in self._nodes:
+                continue
+            spec = simulated.sim_spec(pod) if self._nodes[node] else None
+            if spec is not None:
+                wanted[uid] = spec
+            elif (
+                not simulated.is_worker(pod)
+                and pod.get("status", {}).get("phase") == "Running"
+                and not _is_ready(pod)
+                and self._nodes[node]
+            ):
+                await self._set_ready(pod, ready=True, reason="NoEngine")
+        for uid in list(self._sims):
+            sim = self._sims[uid]
+            if wanted.get(uid) != sim.spec:
+                await self._stop(uid)
+            elif not sim.child.alive():
+                log.warning("simulator of %s exited; restarting", sim.spec.pod_key)
+                await self._stop(uid)
+                if uid in self._pods:
+                    await self._set_ready(self._pods[uid], ready=False, reason="EngineExited")
+                await asyncio.sleep(RESTART_BACKOFF_SECONDS)
+        for uid, spec in wanted.items():
+            if uid not in self._sims:
+                await self._start(spec)
+
+    async def _start(self, spec: simulated.SimSpec) -> None:
+        listen = _free_port()
+        name = spec.pod_key.replace("/", "_")
+        child = processes.spawn(
+            f"sim {spec.pod_key}",
+            spec.argv(str(self._sim_binary), listen),
+            log=self._logs / "sims" / f"{name}.log",
+        )
+
+        async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                up_reader, up_writer = await asyncio.open_connection("127.0.0.1", listen)
+            except OSError:
+                writer.close()
+                return
+            await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
+
+        try:
+            server = await asyncio.start_server(forward, spec.pod_ip, spec.port, reuse_address=True)
+        except OSError as exc:
+            log.error(
+                "cannot listen on %s:%s for %s: %s", spec.pod_ip, spec.port, spec.pod_key, exc
+            )
+            processes.stop([child])
+            return
+        sim = RunningSim(spec=spec, child=child, server=server)
+        sim.probe = asyncio.create_task(self._probe_until_ready(spec.pod_uid, sim))
+        self._sims[spec.pod_uid] = sim
+        log.info("started simulator for %s at %s:%s", spec.pod_key, spec.pod_ip, spec.port)
+
+    async def _stop(self, uid: str) -> None:
+        sim = self._sims.pop(uid)
+        if sim.probe is not None:
+            sim.probe.cancel()
+        sim.server.close()
+        await asyncio.to_thread(processes.stop, [sim.child], grace_seconds=3.0)
+        log.info("stopped simulator for %s", sim.spec.pod_key)
+
+    async def _probe_until_ready(self, uid: str, sim: RunningSim) -> None:
+        """Ready means loaded and answering: a one-token chat completion must succeed."""
+        assert self._session is not None
+        url = f"http://{sim.spec.pod_ip}:{sim.spec.port}/v1/chat/completions"
+        body: dict[str, Any] = {
+            "model": (sim.spec.served_names or (sim.spec.model,))[0],
+            "messages": [{"role": "user", "content": "ping"}],
+            "max_tokens": 1,
+        }
+        timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_SECONDS)
+        while sim.child.alive():
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                async with self._session.post(url, json=body, timeout=timeout) as resp:
+                    if resp.status == 200:
+                        sim.ready = True
+                        break
+            await asyncio.sleep(PROBE_INTERVAL_SECONDS)
+        pod = self._pods.get(uid)
+        if sim.ready and pod is not None:
+            await self._set_ready(pod, ready=True, reason="EngineAnswering")
+
+    async def _set_ready(self, pod: Obj, *, ready: bool, reason: str) -> None:
+        try:
+            await self._api.patch_status(_pod_path(pod), _readiness_patch(pod, ready, reason))
+        except ApiError as exc:
+            if exc.status != 404:  # a pod deleted meanwhile needs no status
+                log.warning("cannot set Ready=%s on %s: %s", ready, _pod_path(pod), exc)

@@ -1,0 +1,76 @@
+"""Child processes that never outlive their parent, with logs in files.
+
+Every child is started with PR_SET_PDEATHSIG=SIGKILL, so if the stack process dies — even by
+SIGKILL, or because pytest was interrupted — the kernel kills its children too. Stopping is
+SIGTERM, then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class Child:
+    """A started process and where its output goes."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 15) -> str:
+        """The last lines of its log, for error messages."""
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def spawn(
+    name: str,
+    argv: Sequence[str],
+    *,
+    log: Path,
+    env: dict[str, str] | None = None,
+    die_with_parent: bool = True,
+) -> Child:
+    """Start ``argv`` with stdout and stderr appended to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        popen = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            preexec_fn=_die_with_parent if die_with_parent else None,  # noqa: PLW1509
+        )
+    return Child(name=name, popen=popen, log=log)
+
+
+def stop(children: Sequence[Child], *, grace_seconds: float = 10.0) -> None:
+    """Stop children in the order given: SIGTERM each, wait, SIGKILL what is left."""
+    for child in children:
+        if not child.alive():
+            continue
+        child.popen.send_signal(signal.SIGTERM)
+        try:
+            child.popen.wait(timeout=grace_seconds)
+        except subprocess.TimeoutExpired:
+            child.popen.kill()
+            child.popen.wait()

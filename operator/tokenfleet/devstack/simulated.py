@@ -1,0 +1,121 @@
+"""What simulated vLLM a worker pod gets: its `vllm serve` arguments mapped onto the simulator's.
+
+Pure: a pod object in, a :class:`SimSpec` (or None for pods that run no engine) out. The
+simulator is configured from the same arguments the real engine would get, so a pod rendered by
+the operator behaves here as it would on a GPU node; annotation ``sim.tokenfleet.io/args`` adds
+simulator-only behaviour (latency, failure injection) for tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from typing import Any
+
+from tokenfleet.api import labels
+
+DEFAULT_PORT = 8000
+
+# vLLM flags the simulator understands with the same meaning, and whether each takes a value.
+_PASSED_THROUGH = {"--max-num-seqs": True, "--max-model-len": True, "--seed": True}
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SimSpec:
+    """A simulator process for one pod."""
+
+    pod_uid: str
+    pod_key: str  # namespace/name, for logs
+    pod_ip: str
+    port: int
+    model: str
+    served_names: tuple[str, ...]
+    extra_args: tuple[str, ...]
+
+    def argv(self, binary: str, listen_port: int) -> list[str]:
+        """Command line; the simulator binds every interface, so it gets a private port."""
+        argv = [
+            binary,
+            "--port",
+            str(listen_port),
+            "--model",
+            self.model,
+            "--force-dummy-tokenizer",
+        ]
+        if self.served_names:
+            argv += ["--served-model-name", *self.served_names]
+        return argv + list(self.extra_args)
+
+
+def is_worker(pod: dict[str, Any]) -> bool:
+    return bool(pod.get("metadata", {}).get("labels", {}).get(labels.ROLE) == labels.ROLE_WORKER)
+
+
+def _engine_container(pod: dict[str, Any]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = pod.get("spec", {}).get("containers", [])
+    for c in containers:
+        if c.get("name") in ("vllm", "engine"):
+            return c
+    return containers[0] if containers else {}
+
+
+def _port(container: dict[str, Any]) -> int:
+    ports: list[dict[str, Any]] = container.get("ports", [])
+    for p in ports:
+        if p.get("name") == "http":
+            return int(p["containerPort"])
+    return int(ports[0]["containerPort"]) if ports else DEFAULT_PORT
+
+
+def _parse_serve_args(args: list[str]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """(model, served names, simulator flags) from `vllm serve MODEL [flags]` style arguments."""
+    model, served, passed = "", [], []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "serve":
+            pass
+        elif a in ("--model",) and i + 1 < len(args):
+            model, i = args[i + 1], i + 1
+        elif a == "--served-model-name":
+            while i + 1 < len(args) and not args[i + 1].startswith("--"):
+                served.append(args[i + 1])
+                i += 1
+        elif a in _PASSED_THROUGH and i + 1 < len(args):
+            passed += [a, args[i + 1]]
+            i += 1
+        elif a == "--enable-prefix-caching":
+            passed.append("--enable-kvcache")
+        elif not a.startswith("-") and not model:
+            model = a
+        i += 1
+    return model, tuple(served), tuple(passed)
+
+
+def sim_spec(pod: dict[str, Any]) -> SimSpec | None:
+    """The simulator a Running worker pod should have, or None if it should have none."""
+    meta, status = pod.get("metadata", {}), pod.get("status", {})
+    if not is_worker(pod) or meta.get("deletionTimestamp") or status.get("phase") != "Running":
+        return None
+    if not status.get("podIP"):
+        return None
+    container = _engine_container(pod)
+    model, served, passed = _parse_serve_args(
+        [*container.get("command", []), *container.get("args", [])]
+    )
+    served = served or (
+        (meta.get("labels", {}).get(labels.MODEL),)
+        if labels.MODEL in meta.get("labels", {})
+        else ()
+    )
+    model = model or (served[0] if served else "model")
+    extra = tuple(shlex.split(meta.get("annotations", {}).get(labels.SIM_ARGS, "")))
+    return SimSpec(
+        pod_uid=meta["uid"],
+        pod_key=f"{meta.get('namespace')}/{meta.get('name')}",
+        pod_ip=status["podIP"],
+        port=_port(container),
+        model=model,
+        served_names=served,
+        extra_args=passed + extra,
+    )

@@ -1,0 +1,271 @@
+"""Run the whole local stack in this process: control plane, simulated nodes, CRDs, node agent.
+
+One stack per state directory: a lock file held for the stack's lifetime makes a second start
+report the running one instead. Readiness is announced by writing ``stack.json`` (ports,
+kubeconfig, pid); it is removed on a clean stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import aiohttp
+
+from tokenfleet.devstack import controlplane, nodes, pki, processes
+from tokenfleet.devstack.controlplane import Files, Ports
+from tokenfleet.devstack.kubeapi import ApiError, KubeApi
+from tokenfleet.devstack.kwokstages import STAGES
+from tokenfleet.devstack.nodeagent import NodeAgent
+
+log = logging.getLogger("tokenfleet.devstack")
+
+REPO = Path(__file__).resolve().parents[3]
+HEALTH_TIMEOUT_SECONDS = 90.0
+
+
+class StackError(Exception):
+    """The stack cannot start; the message says what to do."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    """How to run a stack."""
+
+    state_dir: Path
+    bin_dir: Path
+    ports: Ports | None = None  # None: pick free ports (tests)
+    shape: nodes.NodeShape = dataclasses.field(default_factory=nodes.NodeShape)
+    crds_dir: Path = REPO / "crds"
+
+
+def lock_path(state_dir: Path) -> Path:
+    return state_dir / "stack.lock"
+
+
+def info_path(state_dir: Path) -> Path:
+    return state_dir / "stack.json"
+
+
+@contextlib.contextmanager
+def held_lock(state_dir: Path) -> Iterator[IO[str]]:
+    """Hold the state directory's lock, or raise StackError naming the stack that holds it."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    handle = lock_path(state_dir).open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise StackError(
+            f"a stack is already running from {state_dir} (see {info_path(state_dir)})"
+        ) from None
+    try:
+        handle.truncate(0)
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield handle
+    finally:
+        handle.close()
+
+
+def running_pid(state_dir: Path) -> int | None:
+    """The pid of the stack holding this state directory's lock, or None."""
+    path = lock_path(state_dir)
+    if not path.exists():
+        return None
+    with path.open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            text = handle.read().strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def free_ports() -> Ports:
+    return Ports(**{f.name: _free_port() for f in dataclasses.fields(Ports)})
+
+
+def check_ports(ports: Ports) -> None:
+    """Fail with the component's name if one of its ports is taken."""
+    taken = []
+    for name, port in ports.named().items():
+        with socket.socket() as s:
+            # As the servers themselves do: connections in TIME_WAIT must not count as "taken".
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                taken.append(f"{port} ({name.replace('_', '-')})")
+    if taken:
+        raise StackError(
+            f"port {', '.join(taken)} already in use by another program. Stop it "
+            "(`ss -ltnp` shows who holds it) or set TOKENFLEET_PORTS=auto to pick free ports."
+        )
+
+
+class Stack:
+    """The running stack; :meth:`run` starts everything and serves until cancelled."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.ports = options.ports or free_ports()
+        self.files = Files(root=options.state_dir)
+        self._children: list[processes.Child] = []
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Start, announce readiness, serve until ``stop`` is set, tear down."""
+        started = time.monotonic()
+        try:
+            token = self._prepare_files()
+            async with aiohttp.ClientSession() as session:
+                for component in controlplane.components(
+                    self.options.bin_dir, self.ports, self.files
+                ):
+                    await self._start(component, token, session)
+                api = KubeApi(server=self.server, token=token, session=session)
+                await self._create_nodes(api)
+                await asyncio.to_thread(self._apply_crds)
+                agent = NodeAgent(
+                    api=api,
+                    sim_binary=self.options.bin_dir / "llm-d-inference-sim",
+                    logs=self.files.logs,
+                )
+                agent_task = asyncio.create_task(agent.run())
+                self._announce(started)
+                await stop.wait()
+                agent_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await agent_task
+        finally:
+            info_path(self.options.state_dir).unlink(missing_ok=True)
+            processes.stop(list(reversed(self._children)))
+
+    def _prepare_files(self) -> str:
+        for folder in (self.files.pki, self.files.logs, self.files.etcd_data):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.files.etcd_data.chmod(0o700)
+        pki.write_service_account_key(self.files.service_account_key)
+        token = pki.write_token_file(self.files.tokens)
+        self.files.kubeconfig.write_text(pki.kubeconfig(server=self.server, token=token))
+        self.files.kubeconfig.chmod(0o600)
+        self.files.kwok_config.write_text(STAGES)
+        return token
+
+    async def _start(
+        self, component: controlplane.Component, token: str, session: aiohttp.ClientSession
+    ) -> None:
+        binary = Path(component.argv[0])
+        if not binary.exists():
+            raise StackError(f"{binary} is missing: run tools/build.sh (make up does) first")
+        child = processes.spawn(
+            component.name, component.argv, log=self.files.logs / f"{component.name}.log"
+        )
+        self._children.append(child)
+        headers = {"Authorization": f"Bearer {token}"} if component.needs_token else {}
+        no_verify = ssl.create_default_context()
+        no_verify.check_hostname, no_verify.verify_mode = False, ssl.CERT_NONE
+        deadline = time.monotonic() + HEALTH_TIMEOUT_SECONDS
+        log.info("starting %s", component.name)
+        while time.monotonic() < deadline:
+            if not child.alive():
+                raise StackError(f"{component.name} exited during start-up:\n{child.tail()}")
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                async with session.get(
+                    component.health_url,
+                    headers=headers,
+                    ssl=no_verify,
+                    timeout=aiohttp.ClientTimeout(total=2),
+                ) as resp:
+                    if resp.status == 200:
+                        return
+            await asyncio.sleep(0.2)
+        raise StackError(
+            f"{component.name} not healthy after {HEALTH_TIMEOUT_SECONDS:.0f} s:\n{child.tail()}"
+        )
+
+    async def _create_nodes(self, api: KubeApi) -> None:
+        for node in nodes.manifests(self.options.shape):
+            status = node.pop("status")
+            try:
+                await api.call("POST", "/api/v1/nodes", body=node)
+            except ApiError as exc:
+                if exc.status != 409:  # exists from an earlier run of this state directory
+                    raise
+            # Capacity lives in status, which a create ignores.
+            await api.patch_status(f"/api/v1/nodes/{node['metadata']['name']}", status)
+
+    def _apply_crds(self) -> None:
+        kubectl = str(self.options.bin_dir / "kubectl")
+        env = {**os.environ, "KUBECONFIG": str(self.files.kubeconfig)}
+        for argv in (
+            [kubectl, "apply", "--server-side", "-f", str(self.options.crds_dir)],
+            [
+                kubectl,
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "-f",
+                str(self.options.crds_dir),
+            ],
+        ):
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise StackError(f"{' '.join(argv[1:3])} failed: {done.stderr.strip()}")
+
+    def _announce(self, started: float) -> None:
+        info: dict[str, Any] = {
+            "pid": os.getpid(),
+            "kubeconfig": str(self.files.kubeconfig),
+            "server": self.server,
+            "ports": self.ports.named(),
+            "startSeconds": round(time.monotonic() - started, 2),
+            "children": {c.name: c.popen.pid for c in self._children},
+        }
+        path = info_path(self.options.state_dir)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info, indent=2))
+        tmp.replace(path)
+        log.info("stack ready in %.1f s", info["startSeconds"])
+
+
+def serve(options: Options) -> None:
+    """Run a stack in the foreground until SIGTERM or SIGINT."""
+    with held_lock(options.state_dir):
+        if options.ports is not None:
+            check_ports(options.ports)
+
+        async def main() -> None:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            await Stack(options).run(stop)
+
+        asyncio.run(main())
