@@ -1,0 +1,1 @@
+"""Builders and case tables shared by unit and integration tests."""

@@ -1,0 +1,243 @@
+"""Valid TokenFleet objects with overrides, and the table of invalid ones.
+
+Each invalid case is a valid object with one thing broken, so a rejection can only be for that
+thing; the expected text is what the API server says (the pydantic models reject the same).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+DELETE = object()  # in an override: remove this key
+
+Obj = dict[str, Any]
+
+
+def merged(base: Obj, override: Obj) -> Obj:
+    """``base`` deep-merged with ``override``; lists are replaced, DELETE removes a key."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if value is DELETE:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+POOL_SPEC: Obj = {
+    "accelerator": {"product": "NVIDIA-H100-80GB-HBM3"},
+    "zones": {"names": ["zone-a", "zone-b", "zone-c"]},
+    "replicas": {"min": 3, "max": 12},
+}
+MODEL_SPEC: Obj = {
+    "model": {"name": "demo-model"},
+    "pools": ["demo-pool"],
+    "artifact": {
+        "uri": "file:///models/demo",
+        "digest": "sha256:" + "a" * 64,
+        "trust": {"publicKey": {"name": "signing-key"}},
+    },
+}
+TENANT_SPEC: Obj = {"apiKeySecretRef": {"name": "demo-keys"}, "allowedModels": ["demo-model"]}
+
+BASE = {"InferencePool": POOL_SPEC, "ModelDeployment": MODEL_SPEC, "Tenant": TENANT_SPEC}
+
+
+def manifest(kind: str, name: str, namespace: str, spec: Obj) -> Obj:
+    return {
+        "apiVersion": "tokenfleet.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def _case(case_id: str, kind: str, override: Obj, message: str) -> Any:
+    return pytest.param(kind, merged(BASE[kind], override), message, id=case_id)
+
+
+INVALID = [
+    _case(
+        "pool-min-above-max",
+        "InferencePool",
+        {"replicas": {"min": 13}},
+        "replicas.min must be less than or equal to replicas.max",
+    ),
+    _case(
+        "pool-warm-floor-above-max",
+        "InferencePool",
+        {"warm": {"perZone": 5}},
+        "warm.perZone times the number of zones must not exceed replicas.max",
+    ),
+    _case(
+        "pool-tolerate-losing-every-zone",
+        "InferencePool",
+        {"zones": {"tolerateLoss": 3}},
+        "zones.tolerateLoss must be smaller than the number of zones",
+    ),
+    _case(
+        "pool-duplicate-class-names",
+        "InferencePool",
+        {"admission": {"classes": [{"name": "a", "priority": 1}, {"name": "a", "priority": 2}]}},
+        "class names must be unique",
+    ),
+    _case(
+        "pool-reserved-share-over-100",
+        "InferencePool",
+        {
+            "admission": {
+                "classes": [
+                    {"name": "a", "priority": 1, "reservedPercent": 60},
+                    {"name": "b", "priority": 2, "reservedPercent": 60},
+                ]
+            }
+        },
+        "reservedPercent must add up to at most 100",
+    ),
+    _case(
+        "pool-schedule-min-above-max",
+        "InferencePool",
+        {
+            "autoscaling": {
+                "schedules": [
+                    {
+                        "name": "launch",
+                        "start": "08:00",
+                        "end": "09:00",
+                        "minReplicas": 5,
+                        "maxReplicas": 4,
+                    }
+                ]
+            }
+        },
+        "minReplicas must be less than or equal to maxReplicas",
+    ),
+    _case(
+        "pool-schedule-bad-time",
+        "InferencePool",
+        {
+            "autoscaling": {
+                "schedules": [
+                    {
+                        "name": "launch",
+                        "start": "25:00",
+                        "end": "09:00",
+                        "minReplicas": 1,
+                        "maxReplicas": 4,
+                    }
+                ]
+            }
+        },
+        "should match",
+    ),
+    _case(
+        "pool-wrong-type", "InferencePool", {"replicas": {"min": "six"}}, "must be of type integer"
+    ),
+    _case(
+        "pool-unknown-field",
+        "InferencePool",
+        {"replica": {"min": 1}},
+        'unknown field "spec.replica"',
+    ),
+    _case(
+        "pool-kv-target-above-one",
+        "InferencePool",
+        {"autoscaling": {"targetKvCacheUsage": 1.5}},
+        "should be less than or equal to 1",
+    ),
+    _case(
+        "pool-unknown-routing-policy",
+        "InferencePool",
+        {"routing": {"policy": "Random"}},
+        'Unsupported value: "Random"',
+    ),
+    _case(
+        "model-two-trust-methods",
+        "ModelDeployment",
+        {"artifact": {"trust": {"sigstore": {"identity": "a@b.c", "issuer": "https://x"}}}},
+        "set exactly one trust method",
+    ),
+    _case(
+        "model-no-trust-method",
+        "ModelDeployment",
+        {"artifact": {"trust": {"publicKey": DELETE}}},
+        "set exactly one trust method",
+    ),
+    _case(
+        "model-canary-weight-zero",
+        "ModelDeployment",
+        {"rollout": {"steps": [{"weight": 0}]}},
+        "should be greater than or equal to 1",
+    ),
+    _case(
+        "model-canary-weight-over-100",
+        "ModelDeployment",
+        {"rollout": {"steps": [{"weight": 150}]}},
+        "should be less than or equal to 100",
+    ),
+    _case(
+        "model-canary-weights-descending",
+        "ModelDeployment",
+        {"rollout": {"steps": [{"weight": 50}, {"weight": 10}]}},
+        "weights must be strictly ascending",
+    ),
+    _case(
+        "model-canary-weights-repeated",
+        "ModelDeployment",
+        {"rollout": {"steps": [{"weight": 50}, {"weight": 50}]}},
+        "weights must be strictly ascending",
+    ),
+    _case(
+        "model-abort-and-promote",
+        "ModelDeployment",
+        {"rollout": {"abort": True, "promote": True}},
+        "abort and promote cannot both be true",
+    ),
+    _case(
+        "model-bad-digest",
+        "ModelDeployment",
+        {"artifact": {"digest": "md5:abc"}},
+        "should match '^sha256:",
+    ),
+    _case("model-missing-model", "ModelDeployment", {"model": DELETE}, "Required value"),
+    _case(
+        "model-fallback-to-itself",
+        "ModelDeployment",
+        {"fallback": {"model": "demo-model"}},
+        "fallback.model must name another model",
+    ),
+    _case("model-no-pools", "ModelDeployment", {"pools": []}, "should have at least 1 items"),
+    _case(
+        "tenant-zero-quota",
+        "Tenant",
+        {"quotas": {"tokensPerMinute": 0}},
+        "should be greater than or equal to 1",
+    ),
+    _case(
+        "tenant-negative-concurrency",
+        "Tenant",
+        {"quotas": {"maxConcurrent": -1}},
+        "should be greater than or equal to 1",
+    ),
+    _case(
+        "tenant-day-quota-below-minute-quota",
+        "Tenant",
+        {"quotas": {"tokensPerMinute": 1000, "tokensPerDay": 10}},
+        "quotas.tokensPerDay must be at least quotas.tokensPerMinute",
+    ),
+    _case(
+        "tenant-shared-group-without-group",
+        "Tenant",
+        {"cacheIsolation": {"mode": "SharedGroup"}},
+        "group must be set when mode is SharedGroup",
+    ),
+    _case("tenant-missing-allowed-models", "Tenant", {"allowedModels": DELETE}, "Required value"),
+    _case(
+        "tenant-class-name-with-spaces", "Tenant", {"priorityClass": "Gold Tier"}, "should match"
+    ),
+]
