@@ -32,7 +32,7 @@ def devstack(*args: str, timeout: float = 150) -> subprocess.CompletedProcess[st
 
 def test_up_twice_reports_the_running_stack_and_down_stops_everything(tmp_path: Path) -> None:
     state = str(tmp_path / "state")
-    first = devstack("up", "--state-dir", state, "--ports", "auto")
+    first = devstack("up", "--state-dir", state, "--ports", "auto", "--pod-octet", "auto")
     assert first.returncode == 0, first.stderr + first.stdout
     assert "export KUBECONFIG=" in first.stdout and "make down" in first.stdout
     info = json.loads((tmp_path / "state" / "stack.json").read_text())
@@ -86,7 +86,8 @@ def test_nothing_outlives_a_killed_parent_or_a_killed_stack(tmp_path: Path) -> N
         state = pathlib.Path({str(tmp_path / "a")!r})
         subprocess.Popen([sys.executable, "-m", "tokenfleet.devstack", "run",
                           "--state-dir", str(state),
-                          "--bin-dir", {str(BIN_DIR)!r}, "--ports", "auto", "--die-with-parent"])
+                          "--bin-dir", {str(BIN_DIR)!r}, "--ports", "auto", "--pod-octet", "auto",
+                          "--die-with-parent"])
         while not (state / "stack.json").exists():
             time.sleep(0.2)
         print("ready", flush=True)
@@ -115,6 +116,8 @@ def test_nothing_outlives_a_killed_parent_or_a_killed_stack(tmp_path: Path) -> N
             "--bin-dir",
             str(BIN_DIR),
             "--ports",
+            "auto",
+            "--pod-octet",
             "auto",
         ],
         cwd=REPO,

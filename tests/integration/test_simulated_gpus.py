@@ -100,7 +100,7 @@ def test_gpu_deployment_spreads_one_pod_per_zone_and_serves_openai(
     ]
     for p in pods:
         assert p["status"]["phase"] == "Running"
-        assert p["status"]["podIP"].startswith("127.1."), p["status"]["podIP"]
+        assert p["status"]["podIP"].startswith(cluster.pod_prefix), p["status"]["podIP"]
         assert p["spec"]["containers"][0]["resources"]["limits"][labels.GPU_RESOURCE] == "1"
 
     ip = pods[0]["status"]["podIP"]
@@ -179,7 +179,7 @@ def test_losing_a_node_takes_its_simulator_down(cluster: Cluster, ns: str, model
                 },
             },
             "spec": {
-                "podCIDR": "127.1.250.0/24",
+                "podCIDR": f"{cluster.pod_prefix}250.0/24",
                 "taints": [{"key": "test", "value": ns, "effect": "NoSchedule"}],
             },
         }
@@ -206,7 +206,7 @@ def test_losing_a_node_takes_its_simulator_down(cluster: Cluster, ns: str, model
         cluster.kubectl("apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump(deployment))
         pods = wait_for("the pinned pod Ready", lambda: ready_pods(cluster, ns, "pinned", 1))
         ip = pods[0]["status"]["podIP"]
-        assert ip.startswith("127.1.250.")
+        assert ip.startswith(f"{cluster.pod_prefix}250.")
         assert not refuses(ip)
         cluster.kubectl("delete", "node", node)
         wait_for(

@@ -104,6 +104,11 @@ class Cluster:
     def get(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
+    @property
+    def pod_prefix(self) -> str:
+        """'127.N.': the loopback range this stack's pod IPs come from."""
+        return ".".join(str(self.info["podNetwork"]).split(".")[:2]) + "."
+
     def children(self) -> dict[str, int]:
         return dict(self.info["children"])
 
@@ -124,6 +129,8 @@ def start_stack(state_dir: Path, *extra: str) -> Cluster:
             "--bin-dir",
             str(BIN_DIR),
             "--ports",
+            "auto",
+            "--pod-octet",
             "auto",
             "--die-with-parent",
             *extra,

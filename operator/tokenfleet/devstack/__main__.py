@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tokenfleet.devstack import controlplane, nodes, stack
 
@@ -40,9 +41,16 @@ def _ports(text: str) -> controlplane.Ports | None:
 
 def _options(args: argparse.Namespace) -> stack.Options:
     ports = _ports(args.ports)
-    shape = nodes.NodeShape(nodes_per_zone=args.nodes_per_zone, gpus_per_node=args.gpus_per_node)
+    octet = stack.free_pod_octet() if args.pod_octet == "auto" else int(args.pod_octet)
+    shape = nodes.NodeShape(
+        nodes_per_zone=args.nodes_per_zone, gpus_per_node=args.gpus_per_node, pod_octet=octet
+    )
     return stack.Options(
-        state_dir=args.state_dir.resolve(), bin_dir=args.bin_dir.resolve(), ports=ports, shape=shape
+        operator=args.operator,
+        state_dir=args.state_dir.resolve(),
+        bin_dir=args.bin_dir.resolve(),
+        ports=ports,
+        shape=shape,
     )
 
 
@@ -57,10 +65,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _usage(state_dir: Path, info: dict[str, object], bin_dir: Path) -> str:
+def _usage(state_dir: Path, info: dict[str, Any], bin_dir: Path) -> str:
+    running = ", ".join(info.get("children", {}))
     return f"""
 TokenFleet local platform is up: a real Kubernetes control plane with simulated GPU nodes
-(control plane ready in {info.get("startSeconds")} s; pid {info.get("pid")}).
+(ready in {info.get("startSeconds")} s; pid {info.get("pid")}; running: {running}).
 
   export KUBECONFIG={info["kubeconfig"]}
   export PATH={bin_dir}:$PATH        # the kubectl built for this stack
@@ -103,6 +112,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         str(args.nodes_per_zone),
         "--gpus-per-node",
         str(args.gpus_per_node),
+        "--pod-octet",
+        str(args.pod_octet),
+        "--operator" if args.operator else "--no-operator",
     ]
     with log_file.open("ab") as out:
         child = subprocess.Popen(
@@ -113,7 +125,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             start_new_session=True,
         )
     print(
-        "starting etcd, kube-apiserver, controller-manager, scheduler, kwok, node agent",
+        "starting etcd, kube-apiserver, controller-manager, scheduler, kwok, node agent"
+        + (", operator" if args.operator else ""),
         end="",
         flush=True,
     )
@@ -177,7 +190,18 @@ def main(argv: list[str] | None = None) -> int:
             help="default, auto (free ports) or offset:N (default ports + N)",
             default=os.environ.get("TOKENFLEET_PORTS", "default"),
         )
+        p.add_argument(
+            "--operator",
+            action=argparse.BooleanOptionalAction,
+            default=name == "up",
+            help="also run the TokenFleet operator (default for up; tests run their own)",
+        )
         p.add_argument("--nodes-per-zone", type=int, default=2)
+        p.add_argument(
+            "--pod-octet",
+            default="1",
+            help="pods get IPs 127.N.x.y; 'auto' picks an N no other stack on this host uses",
+        )
         p.add_argument("--gpus-per-node", type=int, default=8)
         p.add_argument(
             "--die-with-parent",

@@ -16,6 +16,7 @@ import dataclasses
 import datetime
 import logging
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,9 @@ log = logging.getLogger("tokenfleet.devstack.nodeagent")
 
 PROBE_INTERVAL_SECONDS = 0.5
 PROBE_TIMEOUT_SECONDS = 2.0
+#: Crash-loop back-off, as a kubelet does: 1 s, doubling per restart, at most 30 s.
 RESTART_BACKOFF_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 30.0
 
 
 def _free_port() -> int:
@@ -99,6 +102,8 @@ class NodeAgent:
         self._nodes: dict[str, bool] = {}  # simulated node name → Ready
         self._pods: dict[str, Obj] = {}  # uid → pod on a simulated node
         self._sims: dict[str, RunningSim] = {}
+        self._crashes: dict[str, int] = {}  # pod uid → consecutive simulator exits
+        self._not_before: dict[str, float] = {}  # pod uid → monotonic time of the next start
         self._wake = asyncio.Event()
         self._session: aiohttp.ClientSession | None = None
 
@@ -169,14 +174,26 @@ class NodeAgent:
             if wanted.get(uid) != sim.spec:
                 await self._stop(uid)
             elif not sim.child.alive():
-                log.warning("simulator of %s exited; restarting", sim.spec.pod_key)
+                crashes = self._crashes.get(uid, 0) + 1
+                delay = min(RESTART_BACKOFF_SECONDS * 2 ** (crashes - 1), MAX_BACKOFF_SECONDS)
+                log.warning(
+                    "simulator of %s exited (%d times); restarting in %.0f s:\n%s",
+                    sim.spec.pod_key,
+                    crashes,
+                    delay,
+                    sim.child.tail(3),
+                )
+                self._crashes[uid] = crashes
+                self._not_before[uid] = time.monotonic() + delay
                 await self._stop(uid)
                 if uid in self._pods:
                     await self._set_ready(self._pods[uid], ready=False, reason="EngineExited")
-                await asyncio.sleep(RESTART_BACKOFF_SECONDS)
         for uid, spec in wanted.items():
-            if uid not in self._sims:
+            if uid not in self._sims and time.monotonic() >= self._not_before.get(uid, 0.0):
                 await self._start(spec)
+        for uid in set(self._crashes) - set(self._pods):
+            self._crashes.pop(uid, None)
+            self._not_before.pop(uid, None)
 
     async def _start(self, spec: simulated.SimSpec) -> None:
         listen = _free_port()
@@ -185,6 +202,7 @@ class NodeAgent:
             f"sim {spec.pod_key}",
             spec.argv(str(self._sim_binary), listen),
             log=self._logs / "sims" / f"{name}.log",
+            env=spec.env(),
         )
 
         async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

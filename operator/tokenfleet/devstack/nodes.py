@@ -20,15 +20,20 @@ class NodeShape:
     gpus_per_node: int = 8
     gpu_product: str = DEFAULT_GPU_PRODUCT
     max_pods: int = 110
+    pod_octet: int = 1  # pods get 127.<pod_octet>.<node>.<n>: distinct per stack on one host
 
 
 def node_name(zone: str, index: int) -> str:
     return f"gpu-{zone}-{index}"
 
 
+def cidr(shape: NodeShape, node_number: int) -> str:
+    return f"127.{shape.pod_octet}.{node_number}.0/24"
+
+
 def manifests(shape: NodeShape) -> list[dict[str, Any]]:
-    """Node objects. Node n gets pod CIDR 127.1.n.0/24, so its pods' IPs are loopback addresses
-    that this host can listen on (kwok hands them out from the node's podCIDR)."""
+    """Node objects. Node n gets pod CIDR 127.<pod_octet>.n.0/24, so its pods' IPs are loopback
+    addresses this host can listen on (kwok hands them out from the node's podCIDR)."""
     out = []
     for z, zone in enumerate(shape.zones):
         for i in range(shape.nodes_per_zone):
@@ -55,7 +60,7 @@ def manifests(shape: NodeShape) -> list[dict[str, Any]]:
                         },
                         "annotations": {"kwok.x-k8s.io/node": "fake"},
                     },
-                    "spec": {"podCIDR": f"127.1.{n}.0/24", "podCIDRs": [f"127.1.{n}.0/24"]},
+                    "spec": {"podCIDR": cidr(shape, n), "podCIDRs": [cidr(shape, n)]},
                     "status": {"capacity": resources, "allocatable": resources},
                 }
             )

@@ -32,6 +32,11 @@ class SimSpec:
     served_names: tuple[str, ...]
     extra_args: tuple[str, ...]
 
+    def env(self) -> dict[str, str]:
+        """What a kubelet's downward API would give the engine (the simulator needs POD_IP)."""
+        namespace, name = self.pod_key.split("/", 1)
+        return {"POD_IP": self.pod_ip, "POD_NAME": name, "POD_NAMESPACE": namespace}
+
     def argv(self, binary: str, listen_port: int) -> list[str]:
         """Command line; the simulator binds every interface, so it gets a private port."""
         argv = [

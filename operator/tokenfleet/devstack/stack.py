@@ -18,6 +18,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +51,7 @@ class Options:
     ports: Ports | None = None  # None: pick free ports (tests)
     shape: nodes.NodeShape = dataclasses.field(default_factory=nodes.NodeShape)
     crds_dir: Path = REPO / "crds"
+    operator: bool = False  # also run the TokenFleet operator (make up does; tests run their own)
 
 
 def lock_path(state_dir: Path) -> Path:
@@ -104,6 +106,32 @@ def _free_port() -> int:
         return port
 
 
+def free_pod_octet() -> int:
+    """A second octet for pod IPs that no other stack on this host is using: tests run beside a
+    developer's `make up`, and two stacks must not hand out the same loopback address."""
+    for octet in range(2, 255):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:  # the first pod of the first node would listen here
+                s.bind((f"127.{octet}.1.1", 8000))
+            except OSError:
+                continue
+        if not any(f"127.{octet}." in line for line in _listening()):
+            return octet
+    raise StackError("no free 127.N.0.0/16 pod network left on this host")
+
+
+def _listening() -> list[str]:
+    """Local addresses of listening TCP sockets (from /proc, no tools needed)."""
+    out = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        if state == "0A":  # LISTEN
+            address = bytes.fromhex(local.split(":")[0])[::-1]
+            out.append(".".join(str(b) for b in address) + ".")
+    return out
+
+
 def free_ports() -> Ports:
     return Ports(**{f.name: _free_port() for f in dataclasses.fields(Ports)})
 
@@ -151,6 +179,7 @@ class Stack:
                     await self._start(component, token, session)
                 api = KubeApi(server=self.server, token=token, session=session)
                 await self._create_nodes(api)
+                await self._reboot_pods(api)
                 await asyncio.to_thread(self._apply_crds)
                 agent = NodeAgent(
                     api=api,
@@ -158,6 +187,8 @@ class Stack:
                     logs=self.files.logs,
                 )
                 agent_task = asyncio.create_task(agent.run())
+                if self.options.operator:
+                    await asyncio.to_thread(self._start_operator)
                 self._announce(started)
                 await stop.wait()
                 agent_task.cancel()
@@ -221,6 +252,19 @@ class Stack:
             # Capacity lives in status, which a create ignores.
             await api.patch_status(f"/api/v1/nodes/{node['metadata']['name']}", status)
 
+    async def _reboot_pods(self, api: KubeApi) -> None:
+        """Pods persisted from an earlier run sit on nodes that have, in effect, rebooted: their
+        simulators are gone and kwok no longer knows their IPs (it would hand them out again).
+        Delete them, as a node restart would; their controllers recreate them."""
+        ours = {n["metadata"]["name"] for n in nodes.manifests(self.options.shape)}
+        listed = await api.call("GET", "/api/v1/pods")
+        for pod in listed.get("items", []):
+            if pod.get("spec", {}).get("nodeName") in ours:
+                meta = pod["metadata"]
+                path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+                with contextlib.suppress(ApiError):
+                    await api.call("DELETE", path, body={"gracePeriodSeconds": 0})
+
     def _apply_crds(self) -> None:
         kubectl = str(self.options.bin_dir / "kubectl")
         env = {**os.environ, "KUBECONFIG": str(self.files.kubeconfig)}
@@ -239,12 +283,41 @@ class Stack:
             if done.returncode != 0:
                 raise StackError(f"{' '.join(argv[1:3])} failed: {done.stderr.strip()}")
 
+    def _kubectl(self, *args: str) -> str:
+        argv = [str(self.options.bin_dir / "kubectl"), *args]
+        env = {**os.environ, "KUBECONFIG": str(self.files.kubeconfig)}
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise StackError(f"kubectl {' '.join(args[:2])} failed: {done.stderr.strip()}")
+        return done.stdout
+
+    def _start_operator(self) -> None:
+        """The operator with the least-privilege account of manifests/operator, as in a cluster."""
+        self._kubectl("apply", "-k", str(REPO / "manifests" / "operator"))
+        token = self._kubectl(
+            "create", "token", "tokenfleet-operator", "-n", "tokenfleet-system", "--duration=720h"
+        ).strip()
+        config = self.options.state_dir / "operator.kubeconfig"
+        config.write_text(
+            pki.kubeconfig(server=self.server, token=token, user="tokenfleet-operator")
+        )
+        config.chmod(0o600)
+        self._children.append(
+            processes.spawn(
+                "tokenfleet-operator",
+                [sys.executable, "-m", "tokenfleet.operator"],
+                log=self.files.logs / "operator.log",
+                env={"KUBECONFIG": str(config)},
+            )
+        )
+
     def _announce(self, started: float) -> None:
         info: dict[str, Any] = {
             "pid": os.getpid(),
             "kubeconfig": str(self.files.kubeconfig),
             "server": self.server,
             "ports": self.ports.named(),
+            "podNetwork": f"127.{self.options.shape.pod_octet}.0.0/16",
             "startSeconds": round(time.monotonic() - started, 2),
             "children": {c.name: c.popen.pid for c in self._children},
         }
