@@ -1,0 +1,20 @@
+"""Operator settings: what can be tuned, with units and the reason for each default."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class OperatorConfig:
+    """Knobs of the reconcile loop."""
+
+    interval_seconds: float = 5.0
+    """Longest time between two reconcile passes. Passes are level-based, so this bounds how
+    stale status can get; watch events (pool, model, node or pod readiness changes) prompt a
+    pass sooner."""
+
+    @classmethod
+    def from_env(cls) -> OperatorConfig:
+        return cls(interval_seconds=float(os.environ.get("TOKENFLEET_RECONCILE_SECONDS", "5")))

@@ -1,0 +1,245 @@
+"""Child manifests the operator wants to exist (pure: specs in, dicts out).
+
+One worker Deployment per pool, zone and revision, pinned to its zone; a PodDisruptionBudget and
+a headless Service per pool. Every manifest carries a hash of itself in an annotation, so the
+shell applies a child only when that hash changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from typing import Any
+
+from tokenfleet.api import labels
+from tokenfleet.api.deployment import ModelDeploymentSpec
+from tokenfleet.api.pool import InferencePoolSpec
+
+Manifest = dict[str, Any]
+
+#: Where the worker's init step puts the verified artifact; vLLM serves it from there.
+MODEL_DIR = "/models/artifact"
+HTTP_PORT = 8000
+APPLIED_HASH = f"{labels.PREFIX}/applied-hash"
+#: Seconds to keep serving after the pod is marked terminating, so gateways stop routing first.
+PRE_STOP_DRAIN_SECONDS = 15
+#: In-flight generations may run for minutes; give them this long after SIGTERM.
+TERMINATION_GRACE_SECONDS = 120
+#: Startup probe budget floor: loading 100+ GB of weights takes minutes.
+MIN_STARTUP_SECONDS = 600
+
+# A readiness probe that needs the model loaded and answering, not just the HTTP server up:
+# one token of completion from the local engine (vLLM's image ships python3).
+_PROBE = (
+    "import json,sys,urllib.request as u;"
+    f"r=u.Request('http://127.0.0.1:{HTTP_PORT}/v1/completions',method='POST',"
+    "headers={'Content-Type':'application/json'},"
+    "data=json.dumps({'model':sys.argv[1],'prompt':'ping','max_tokens':1}).encode());"
+    "sys.exit(0 if u.urlopen(r,timeout=4).status==200 else 1)"
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Owner:
+    """An object children point at (ownerReferences), for garbage collection."""
+
+    kind: str
+    name: str
+    uid: str
+
+    def reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{labels.PREFIX}/v1alpha1",
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def revision_of(spec: ModelDeploymentSpec) -> str:
+    """A short hash of what makes a revision: the artifact and the engine settings."""
+    identity = {"artifact": spec.artifact.to_wire(), "engine": spec.engine.to_wire()}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def worker_name(pool: str, zone: str, revision: str) -> str:
+    return f"{pool}-{zone}-{revision}"[:63].rstrip("-")
+
+
+def serve_args(spec: ModelDeploymentSpec) -> list[str]:
+    """`vllm serve` arguments from the typed engine settings."""
+    engine = spec.engine
+    args = [MODEL_DIR, "--served-model-name", spec.model.name, *spec.model.aliases]
+    args += ["--port", str(HTTP_PORT), "--tensor-parallel-size", str(engine.tensor_parallel_size)]
+    args += ["--gpu-memory-utilization", str(engine.gpu_memory_utilization)]
+    args.append(
+        "--enable-prefix-caching" if engine.enable_prefix_caching else "--no-enable-prefix-caching"
+    )
+    if engine.max_model_len is not None:
+        args += ["--max-model-len", str(engine.max_model_len)]
+    if engine.max_num_seqs is not None:
+        args += ["--max-num-seqs", str(engine.max_num_seqs)]
+    return args + list(engine.extra_args)
+
+
+def _probes(pool: InferencePoolSpec, model_name: str) -> dict[str, Any]:
+    startup_seconds = max(MIN_STARTUP_SECONDS, 2 * pool.autoscaling.readiness_delay_seconds)
+    health = {"httpGet": {"path": "/health", "port": HTTP_PORT}}
+    return {
+        "startupProbe": {
+            **health,
+            "periodSeconds": 10,
+            "failureThreshold": math.ceil(startup_seconds / 10),
+        },
+        "livenessProbe": {
+            **health,
+            "periodSeconds": 15,
+            "timeoutSeconds": 5,
+            "failureThreshold": 4,
+        },
+        "readinessProbe": {
+            "exec": {"command": ["python3", "-c", _PROBE, model_name]},
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
+    }
+
+
+def worker_labels(*, pool: str, model: str, revision: str, zone: str) -> dict[str, str]:
+    return {
+        labels.ROLE: labels.ROLE_WORKER,
+        labels.POOL: pool,
+        labels.MODEL: model,
+        labels.REVISION: revision,
+        labels.ZONE: zone,
+    }
+
+
+def worker_deployment(
+    *,
+    namespace: str,
+    pool_name: str,
+    pool: InferencePoolSpec,
+    model: ModelDeploymentSpec,
+    owner: Owner,
+    zone: str,
+    replicas: int,
+) -> Manifest:
+    """The Deployment that runs ``replicas`` workers of ``model`` in one ``zone``."""
+    revision = revision_of(model)
+    pod_labels = worker_labels(pool=pool_name, model=model.model.name, revision=revision, zone=zone)
+    accel = pool.accelerator
+    selector = {pool.zones.topology_key: zone, **accel.node_selector}
+    if accel.product:
+        selector[labels.GPU_PRODUCT] = accel.product
+    gpus = {accel.resource_name: str(accel.count)}
+    container = {
+        "name": "vllm",
+        "image": model.engine.image,
+        "args": serve_args(model),
+        "ports": [{"name": "http", "containerPort": HTTP_PORT}],
+        "env": [
+            {"name": "TOKENFLEET_ARTIFACT_URI", "value": model.artifact.uri},
+            {"name": "TOKENFLEET_ARTIFACT_DIGEST", "value": model.artifact.digest},
+            {"name": "TOKENFLEET_MODEL_DIR", "value": MODEL_DIR},
+        ],
+        "resources": {"requests": gpus, "limits": gpus},
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_DRAIN_SECONDS}}},
+        "volumeMounts": [
+            {"name": "models", "mountPath": "/models"},
+            {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - vLLM shm,
+        ],
+        **_probes(pool, model.model.name),
+    }
+    manifest: Manifest = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": worker_name(pool_name, zone, revision),
+            "namespace": namespace,
+            "labels": pod_labels,
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": pod_labels},
+            # Never dip below the desired count: a new pod first, then an old one goes.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    "nodeSelector": selector,
+                    "tolerations": [t.to_wire() for t in accel.tolerations],
+                    "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "models", "emptyDir": {}},
+                        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+                    ],
+                },
+            },
+        },
+    }
+    return stamped(manifest)
+
+
+def disruption_budget(*, namespace: str, pool_name: str, owner: Owner) -> Manifest:
+    """At most one worker of the pool voluntarily disrupted at a time (drains, upgrades)."""
+    return stamped(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {
+                "name": f"{pool_name}-workers",
+                "namespace": namespace,
+                "labels": {labels.POOL: pool_name},
+                "ownerReferences": [owner.reference()],
+            },
+            "spec": {
+                "maxUnavailable": 1,
+                "selector": {
+                    "matchLabels": {labels.POOL: pool_name, labels.ROLE: labels.ROLE_WORKER}
+                },
+            },
+        }
+    )
+
+
+def headless_service(*, namespace: str, pool_name: str, owner: Owner) -> Manifest:
+    """DNS names for the pool's workers (gateways discover them by watching pods)."""
+    return stamped(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": f"{pool_name}-workers",
+                "namespace": namespace,
+                "labels": {labels.POOL: pool_name},
+                "ownerReferences": [owner.reference()],
+            },
+            "spec": {
+                "clusterIP": "None",
+                "selector": {labels.POOL: pool_name, labels.ROLE: labels.ROLE_WORKER},
+                "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": HTTP_PORT}],
+                "publishNotReadyAddresses": False,
+            },
+        }
+    )
+
+
+def stamped(manifest: Manifest) -> Manifest:
+    """``manifest`` with a hash of its content in an annotation (apply only on change)."""
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
+    meta = manifest["metadata"]
+    return {
+        **manifest,
+        "metadata": {**meta, "annotations": {**meta.get("annotations", {}), APPLIED_HASH: digest}},
+    }

@@ -1,0 +1,42 @@
+"""Operator start and stop: settings, the Kubernetes client, and the reconcile loop task."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import kopf
+
+from tokenfleet.operator.config import OperatorConfig
+from tokenfleet.operator.k8s import Kube
+from tokenfleet.operator.loop import Indexes, Reconciler
+
+
+@kopf.on.startup()
+async def start(*, settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> None:
+    settings.posting.level = logging.WARNING  # Events are ours to post, for state changes
+    settings.scanning.disabled = True  # CRDs exist before the operator; no CRD watch needed
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 60
+    # kopf passes each index under its handler's name (live objects, filled once indexed).
+    indexes = Indexes(
+        pools=kwargs["pools_index"],
+        models=kwargs["models_index"],
+        pods=kwargs["pods_index"],
+        sets=kwargs["sets_index"],
+        nodes=kwargs["nodes_index"],
+    )
+    reconciler = Reconciler(kube=Kube.connect(), indexes=indexes, config=OperatorConfig.from_env())
+    memo.reconciler = reconciler
+    memo.loop_task = asyncio.create_task(reconciler.run())
+
+
+@kopf.on.cleanup()
+async def stop(*, memo: Any, **_: Any) -> None:
+    task: asyncio.Task[None] | None = memo.get("loop_task")
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

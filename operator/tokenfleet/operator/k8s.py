@@ -1,0 +1,170 @@
+"""The only module of the operator that talks to the API server (besides kopf's own watches).
+
+Server-side apply with one field manager; deletes that treat "already gone" as done; status
+merge patches; events. Transient failures (429, 5xx, connection errors) are retried briefly;
+anything else surfaces to the reconcile loop, which logs it and tries again next pass.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import time
+from typing import Any
+
+import kubernetes
+import urllib3
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from tokenfleet.operator.reporting import Event
+
+FIELD_MANAGER = "tokenfleet-operator"
+_RETRIES = 3
+
+_PATHS = {  # (apiVersion, kind) → URL prefix and plural
+    ("apps/v1", "Deployment"): ("/apis/apps/v1", "deployments"),
+    ("policy/v1", "PodDisruptionBudget"): ("/apis/policy/v1", "poddisruptionbudgets"),
+    ("v1", "Service"): ("/api/v1", "services"),
+    ("v1", "Event"): ("/api/v1", "events"),
+    ("tokenfleet.io/v1alpha1", "InferencePool"): ("/apis/tokenfleet.io/v1alpha1", "inferencepools"),
+    ("tokenfleet.io/v1alpha1", "ModelDeployment"): (
+        "/apis/tokenfleet.io/v1alpha1",
+        "modeldeployments",
+    ),
+}
+
+
+def namespace_gone(exc: BaseException) -> bool:
+    """The namespace is being deleted or is gone: its objects go too, nothing is left to do."""
+    if not isinstance(exc, ApiException):
+        return False
+    body = exc.body if isinstance(exc.body, bytes) else str(exc.body or "").encode()
+    terminating = exc.status == 403 and b"NamespaceTerminating" in body
+    missing = exc.status == 404 and b'"kind":"namespaces"' in body
+    return terminating or missing
+
+
+def _path(api_version: str, kind: str, namespace: str, name: str = "") -> str:
+    prefix, plural = _PATHS[(api_version, kind)]
+    return f"{prefix}/namespaces/{namespace}/{plural}" + (f"/{name}" if name else "")
+
+
+class Kube:
+    """Synchronous calls (run them in a thread from async code)."""
+
+    def __init__(self, client: kubernetes.client.ApiClient) -> None:
+        self._client = client
+
+    @classmethod
+    def connect(cls) -> Kube:
+        """In-cluster credentials when in a pod, else the kubeconfig ($KUBECONFIG)."""
+        try:
+            kubernetes.config.load_incluster_config()
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config()
+        client = kubernetes.client.ApiClient()
+        if not client.configuration.verify_ssl:  # the kubeconfig asked for it; say so once
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+            logging.getLogger(__name__).warning("TLS verification is off, as the kubeconfig says")
+        return cls(client)
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str = "application/json",
+        query: list[tuple[str, str]] | None = None,
+    ) -> Any:
+        for attempt in range(_RETRIES):
+            try:
+                return self._once(
+                    method, path, body=body, content_type=content_type, query=query or []
+                )
+            except ApiException as exc:
+                if exc.status not in (429, 500, 502, 503, 504) or attempt == _RETRIES - 1:
+                    raise
+            except HTTPError:
+                if attempt == _RETRIES - 1:
+                    raise
+            time.sleep(0.5 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def _once(
+        self, method: str, path: str, *, body: Any, content_type: str, query: list[tuple[str, str]]
+    ) -> Any:
+        verb, url, headers, payload, post = self._client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query,
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._client.call_api(
+            verb, url, header_params=headers, body=payload, post_params=post, _request_timeout=30
+        )
+        data = response.read()
+        if response.status >= 400:
+            raise ApiException(status=response.status, reason=response.reason, body=data)
+        return json.loads(data) if data else None
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        """Server-side apply: idempotent, and conflicts with other managers are ours to win."""
+        meta = manifest["metadata"]
+        path = _path(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
+        self._call(
+            "PATCH",
+            path,
+            body=manifest,
+            content_type="application/apply-patch+yaml",
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+        )
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        try:
+            self._call(
+                "DELETE",
+                _path(api_version, kind, namespace, name),
+                body={"propagationPolicy": "Background"},
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
+        path = _path("tokenfleet.io/v1alpha1", kind, namespace, name) + "/status"
+        try:
+            self._call(
+                "PATCH", path, body={"status": status}, content_type="application/merge-patch+json"
+            )
+        except ApiException as exc:
+            if exc.status != 404:  # deleted meanwhile: nothing to report on
+                raise
+
+    def post_event(self, involved: dict[str, Any], event: Event, now: datetime.datetime) -> None:
+        meta = involved["metadata"]
+        stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": involved["apiVersion"],
+                "kind": involved["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "reason": event.reason,
+            "message": event.message[:1000],
+            "type": event.type,
+            "source": {"component": FIELD_MANAGER},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        self._call("POST", _path("v1", "Event", meta["namespace"]), body=body)

@@ -1,0 +1,225 @@
+"""The reconcile loop: level-based passes over every pool and model, prompted or on a timer.
+
+Each pass reads the indexes (actual state), asks the pure planners what should be, and does
+only the difference: apply changed children, delete stale ones, patch status if it changed,
+post events for transitions. A failure on one object is logged and retried next pass; it never
+stops the loop or hot-loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import kopf
+import pydantic
+from kubernetes.client.exceptions import ApiException
+
+from tokenfleet.api.deployment import ModelDeploymentSpec
+from tokenfleet.api.pool import InferencePoolSpec
+from tokenfleet.operator import k8s, models, plan
+from tokenfleet.operator.config import OperatorConfig
+from tokenfleet.operator.k8s import Kube
+from tokenfleet.operator.reporting import Event
+
+log = logging.getLogger("tokenfleet.operator")
+
+Index = kopf.Index[Any, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Indexes:
+    pools: Index
+    models: Index
+    pods: Index
+    sets: Index
+    nodes: Index
+
+
+def _items(index: Index, key: Any) -> list[Any]:
+    return list(index.get(key, []))
+
+
+def _bodies(index: Index) -> Iterable[dict[str, Any]]:
+    for key in list(index):
+        yield from _items(index, key)
+
+
+class Reconciler:
+    """Owns the loop; handlers only set :attr:`wake`."""
+
+    def __init__(self, *, kube: Kube, indexes: Indexes, config: OperatorConfig) -> None:
+        self.kube = kube
+        self.indexes = indexes
+        self.config = config
+        self.wake = asyncio.Event()
+        self.indexes_ready = asyncio.Event()  # set by the first handler call: kopf has indexed
+        self.seen_ready: dict[str, bool | None] = {}
+        self.passes = 0
+
+    async def run(self) -> None:
+        await self.indexes_ready.wait()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=self.config.interval_seconds)
+            self.wake.clear()
+            await self.reconcile_all(datetime.datetime.now(datetime.UTC))
+            self.passes += 1
+
+    async def reconcile_all(self, now: datetime.datetime) -> None:
+        claims = self._claims()
+        for body in list(_bodies(self.indexes.pools)):
+            await self._guarded(body, self._reconcile_pool(body, claims, now))
+        owners = {pool: names[0] for pool, names in claims.items()}
+        for body in list(_bodies(self.indexes.models)):
+            await self._guarded(body, self._report_model(body, owners, now))
+
+    async def _guarded(self, body: dict[str, Any], work: Any) -> None:
+        meta = body["metadata"]
+        if meta.get("deletionTimestamp"):
+            work.close()  # being deleted: garbage collection takes its children
+            return
+        try:
+            await work
+        except Exception as exc:  # one broken object must not stop the fleet's reconciliation
+            if k8s.namespace_gone(exc):
+                return
+            log.exception(
+                "reconciling %s %s/%s failed; retrying next pass",
+                body["kind"],
+                meta["namespace"],
+                meta["name"],
+            )
+
+    def _claims(self) -> dict[tuple[str, str], list[str]]:
+        """(namespace, pool) → names of ModelDeployments listing it, the winner first."""
+        claims: dict[tuple[str, str], list[models.Claim]] = {}
+        for body in _bodies(self.indexes.models):
+            meta = body["metadata"]
+            for pool in body.get("spec", {}).get("pools", []):
+                claim = models.Claim(created=meta.get("creationTimestamp", ""), name=meta["name"])
+                claims.setdefault((meta["namespace"], pool), []).append(claim)
+        return {
+            key: [c.name for c in sorted(found, key=models.Claim.key)]
+            for key, found in claims.items()
+        }
+
+    async def _reconcile_pool(
+        self, body: dict[str, Any], claims: dict[tuple[str, str], list[str]], now: datetime.datetime
+    ) -> None:
+        meta = body["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        claimants = claims.get((ns, name), [])
+        model_body = (
+            next(iter(_items(self.indexes.models, (ns, claimants[0]))), None) if claimants else None
+        )
+        try:
+            spec = InferencePoolSpec.model_validate(body.get("spec", {}))
+            model = ModelDeploymentSpec.model_validate(model_body["spec"]) if model_body else None
+        except pydantic.ValidationError as exc:
+            await self._invalid(body, exc, now)
+            return
+        decided = plan.plan_pool(
+            plan.PoolInputs(
+                namespace=ns,
+                name=name,
+                uid=meta["uid"],
+                generation=meta.get("generation"),
+                spec=spec,
+                status=body.get("status", {}) or {},
+                model=model,
+                rival_models=claimants[1:],
+                pods=_items(self.indexes.pods, (ns, name)),
+                sets=_items(self.indexes.sets, (ns, name)),
+                nodes=_items(self.indexes.nodes, "all"),
+                now=now,
+            )
+        )
+        for manifest in decided.apply:
+            await asyncio.to_thread(self.kube.apply, manifest)
+        for stale in decided.delete:
+            await asyncio.to_thread(self.kube.delete, "apps/v1", "Deployment", ns, stale)
+        await self._report(body, "InferencePool", decided.status, decided.events, now)
+
+    async def _report_model(
+        self, body: dict[str, Any], owners: dict[tuple[str, str], str], now: datetime.datetime
+    ) -> None:
+        meta = body["metadata"]
+        ns = meta["namespace"]
+        spec = ModelDeploymentSpec.model_validate(body.get("spec", {}))
+        existing = frozenset(n for (pool_ns, n) in self.indexes.pools if pool_ns == ns)
+        status, events = models.plan_model(
+            models.ModelInputs(
+                namespace=ns,
+                name=meta["name"],
+                generation=meta.get("generation"),
+                spec=spec,
+                status=body.get("status", {}) or {},
+                existing_pools=existing,
+                pool_owner={
+                    pool: owner for (pool_ns, pool), owner in owners.items() if pool_ns == ns
+                },
+                pods=[p for pool in spec.pools for p in _items(self.indexes.pods, (ns, pool))],
+                now=now,
+            )
+        )
+        await self._report(body, "ModelDeployment", status, events, now)
+
+    async def _invalid(
+        self, body: dict[str, Any], exc: pydantic.ValidationError, now: datetime.datetime
+    ) -> None:
+        message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())[
+            :900
+        ]
+        log.warning(
+            "%s %s/%s: invalid spec: %s",
+            body["kind"],
+            body["metadata"]["namespace"],
+            body["metadata"]["name"],
+            message,
+        )
+        status = {
+            "observedGeneration": body["metadata"].get("generation"),
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "InvalidSpec",
+                    "message": message,
+                    "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                }
+            ],
+        }
+        await self._report(body, body["kind"], status, [], now)
+
+    async def _report(
+        self,
+        body: dict[str, Any],
+        kind: str,
+        status: dict[str, Any],
+        events: list[Event],
+        now: datetime.datetime,
+    ) -> None:
+        meta = body["metadata"]
+        if status != (body.get("status") or {}):
+            await asyncio.to_thread(
+                self.kube.patch_status, kind, meta["namespace"], meta["name"], status
+            )
+        for event in events:
+            log.info(
+                "%s %s/%s: %s: %s",
+                kind,
+                meta["namespace"],
+                meta["name"],
+                event.reason,
+                event.message,
+            )
+            try:
+                await asyncio.to_thread(self.kube.post_event, body, event, now)
+            except ApiException as exc:  # an Event is a courtesy: status already says it all
+                log.warning("could not post %s event: %s", event.reason, exc.reason)

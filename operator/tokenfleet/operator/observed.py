@@ -1,0 +1,155 @@
+"""Actual state, from the operator's indexes, as small typed values (pure).
+
+The index functions below turn watched objects into compact records; the reconciler reads the
+records, never raw objects, and never polls the API server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tokenfleet.api import labels
+from tokenfleet.api.pool import InferencePoolSpec
+from tokenfleet.operator.desired import APPLIED_HASH
+from tokenfleet.operator.policy import zones
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerPod:
+    """A worker pod, as placement and status need it."""
+
+    name: str
+    zone: str
+    revision: str
+    ready: bool
+    terminating: bool
+    unschedulable_since: datetime.datetime | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSet:
+    """A worker Deployment the operator made (one per pool, zone and revision)."""
+
+    name: str
+    zone: str
+    revision: str
+    replicas: int
+    applied_hash: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class NodeRecord:
+    """A node: labels, readiness and allocatable resources."""
+
+    name: str
+    labels: Mapping[str, str]
+    ready: bool
+    allocatable: Mapping[str, str]
+
+
+def _time(text: str | None) -> datetime.datetime | None:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    for c in obj.get("status", {}).get("conditions", []) or []:
+        if c.get("type") == kind:
+            return dict(c)
+    return {}
+
+
+def worker_pod(obj: Mapping[str, Any]) -> WorkerPod:
+    meta = obj["metadata"]
+    scheduled = _condition(obj, "PodScheduled")
+    unschedulable = (
+        scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
+    )
+    return WorkerPod(
+        name=meta["name"],
+        zone=meta.get("labels", {}).get(labels.ZONE, ""),
+        revision=meta.get("labels", {}).get(labels.REVISION, ""),
+        ready=_condition(obj, "Ready").get("status") == "True",
+        terminating=bool(meta.get("deletionTimestamp")),
+        unschedulable_since=_time(scheduled.get("lastTransitionTime")) if unschedulable else None,
+    )
+
+
+def worker_set(obj: Mapping[str, Any]) -> WorkerSet:
+    meta = obj["metadata"]
+    return WorkerSet(
+        name=meta["name"],
+        zone=meta.get("labels", {}).get(labels.ZONE, ""),
+        revision=meta.get("labels", {}).get(labels.REVISION, ""),
+        replicas=int(obj.get("spec", {}).get("replicas") or 0),
+        applied_hash=meta.get("annotations", {}).get(APPLIED_HASH, ""),
+    )
+
+
+def node_record(obj: Mapping[str, Any]) -> NodeRecord:
+    return NodeRecord(
+        name=obj["metadata"]["name"],
+        labels=dict(obj["metadata"].get("labels", {})),
+        ready=_condition(obj, "Ready").get("status") == "True",
+        allocatable=dict(obj.get("status", {}).get("allocatable", {})),
+    )
+
+
+def _quantity(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def offers(node: NodeRecord, pool: InferencePoolSpec) -> bool:
+    """Whether a node could host one of the pool's replicas."""
+    accel = pool.accelerator
+    wanted_labels = dict(accel.node_selector)
+    if accel.product:
+        wanted_labels[labels.GPU_PRODUCT] = accel.product
+    return (
+        all(node.labels.get(k) == v for k, v in wanted_labels.items())
+        and _quantity(node.allocatable.get(accel.resource_name, "0")) >= accel.count
+        and pool.zones.topology_key in node.labels
+    )
+
+
+def zone_nodes(nodes: Iterable[NodeRecord], pool: InferencePoolSpec) -> list[zones.Node]:
+    key = pool.zones.topology_key
+    return [
+        zones.Node(
+            name=n.name,
+            zone=n.labels.get(key, ""),
+            ready=n.ready,
+            offers_accelerator=offers(n, pool),
+        )
+        for n in nodes
+    ]
+
+
+def unschedulable_since(pods: Iterable[WorkerPod]) -> dict[str, datetime.datetime]:
+    """Zone → when its oldest still-unschedulable worker pod became unschedulable."""
+    out: dict[str, datetime.datetime] = {}
+    for pod in pods:
+        if pod.unschedulable_since is not None and not pod.terminating:
+            out[pod.zone] = min(out.get(pod.zone, pod.unschedulable_since), pod.unschedulable_since)
+    return out
+
+
+def ready_by_zone(pods: Iterable[WorkerPod], revision: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for pod in pods:
+        if pod.revision == revision and pod.ready and not pod.terminating:
+            out[pod.zone] = out.get(pod.zone, 0) + 1
+    return out
+
+
+def replicas_by_zone(sets: Iterable[WorkerSet], revision: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in sets:
+        if s.revision == revision:
+            out[s.zone] = out.get(s.zone, 0) + s.replicas
+    return out

@@ -1,0 +1,285 @@
+"""One pool's reconciliation decided from values: what to apply, delete, report (pure).
+
+The shell gathers the inputs from the indexes, calls :func:`plan_pool`, and carries out the
+returned :class:`PoolPlan`. Nothing here talks to the API server or reads a clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tokenfleet.api.deployment import ModelDeploymentSpec
+from tokenfleet.api.pool import InferencePoolSpec
+from tokenfleet.operator import desired, observed, reporting
+from tokenfleet.operator.policy import placement, zones
+from tokenfleet.operator.reporting import Event, condition
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PoolInputs:
+    """Everything the decision for one pool depends on."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int | None
+    spec: InferencePoolSpec
+    status: Mapping[str, Any]
+    model: ModelDeploymentSpec | None  # the ModelDeployment this pool runs, if any
+    rival_models: Sequence[str]  # other ModelDeployments claiming the pool (they lose)
+    pods: Sequence[observed.WorkerPod]
+    sets: Sequence[observed.WorkerSet]
+    nodes: Sequence[observed.NodeRecord]
+    now: datetime.datetime
+    demand: int = 0  # the autoscaler's wish; 0 lets the bounds decide
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PoolPlan:
+    """What the shell must do for one pool."""
+
+    apply: list[desired.Manifest]
+    delete: list[str]  # worker Deployment names
+    status: dict[str, Any]
+    events: list[Event]
+
+
+def plan_pool(inputs: PoolInputs) -> PoolPlan:
+    """Decide children, status and events for one pool."""
+    spec = inputs.spec
+    health = zones.assess(
+        wanted=spec.zones.names,
+        nodes=observed.zone_nodes(inputs.nodes, spec),
+        unschedulable_since=observed.unschedulable_since(inputs.pods),
+        now=inputs.now,
+    )
+    owner = desired.Owner(kind="InferencePool", name=inputs.name, uid=inputs.uid)
+    common = [
+        desired.disruption_budget(namespace=inputs.namespace, pool_name=inputs.name, owner=owner),
+        desired.headless_service(namespace=inputs.namespace, pool_name=inputs.name, owner=owner),
+    ]
+    revision = desired.revision_of(inputs.model) if inputs.model else ""
+    current = observed.replicas_by_zone(inputs.sets, revision)
+    ready = observed.ready_by_zone(inputs.pods, revision)
+    zone_list = [
+        placement.Zone(
+            name=h.name,
+            healthy=h.healthy,
+            current=current.get(h.name, 0),
+            ready=ready.get(h.name, 0),
+        )
+        for h in health
+    ]
+    placed = placement.place(
+        demand=inputs.demand,
+        zones=zone_list,
+        min_replicas=spec.replicas.min,
+        max_replicas=spec.replicas.max,
+        warm_per_zone=spec.warm.per_zone,
+        tolerate_loss=spec.zones.tolerate_loss,
+    )
+    if inputs.model is None:
+        placed = dataclasses.replace(placed, per_zone=dict.fromkeys(placed.per_zone, 0))
+    step = placement.transition(target=placed.per_zone, zones=zone_list)
+    workers = _workers(inputs, step, revision, owner)
+    keep = {m["metadata"]["name"] for m in workers}
+    total_ready = sum(ready.values())
+    for s in inputs.sets:  # an older revision serves until the new one is fully ready
+        if s.revision != revision and inputs.model is not None and total_ready < placed.total:
+            keep.add(s.name)
+    existing = {s.name: s.applied_hash for s in inputs.sets}
+    apply = [m for m in common + workers if existing.get(m["metadata"]["name"]) != _hash(m)]
+    delete = sorted(name for name in existing if name not in keep)
+    status = _status(inputs, health, placed, step, ready)
+    return PoolPlan(apply=apply, delete=delete, status=status, events=_events(inputs, status))
+
+
+def _hash(manifest: desired.Manifest) -> str:
+    return str(manifest["metadata"]["annotations"][desired.APPLIED_HASH])
+
+
+def _workers(
+    inputs: PoolInputs, step: Mapping[str, int], revision: str, owner: desired.Owner
+) -> list[desired.Manifest]:
+    if inputs.model is None:
+        return []
+    return [
+        desired.worker_deployment(
+            namespace=inputs.namespace,
+            pool_name=inputs.name,
+            pool=inputs.spec,
+            model=inputs.model,
+            owner=owner,
+            zone=zone,
+            replicas=count,
+        )
+        for zone, count in sorted(step.items())
+        if count > 0
+    ]
+
+
+Verdict = tuple[bool, str, str]  # condition status, reason, message
+
+
+def _ready_verdict(
+    inputs: PoolInputs, health: Sequence[zones.ZoneHealth], total: int, ready: int
+) -> Verdict:
+    if inputs.model is None:
+        return (
+            False,
+            "NoModelDeployment",
+            f"no ModelDeployment in {inputs.namespace} lists this "
+            "pool in spec.pools; apply one to run workers here",
+        )
+    if not any(h.healthy for h in health):
+        return (
+            False,
+            "NoHealthyZone",
+            "; ".join(h.message for h in health)
+            or "no node offers the accelerator this pool asks for (check spec.accelerator)",
+        )
+    if ready >= total:
+        return (True, "AllReplicasReady", f"{ready} of {total} replicas ready")
+    return (False, "ReplicasStarting", f"{ready} of {total} replicas ready")
+
+
+def _progress_verdict(
+    inputs: PoolInputs, placed: placement.Placement, step: Mapping[str, int], ready: int
+) -> Verdict:
+    if any(step.get(z, 0) != n for z, n in placed.per_zone.items()):
+        return (True, "Rebalancing", "new replicas start before old ones stop")
+    if inputs.model is not None and ready < placed.total:
+        return (True, "ScalingUp", f"waiting for {placed.total - ready} replicas to become ready")
+    return (False, "Stable", "desired replicas are in place")
+
+
+def _lost_zone_message(inputs: PoolInputs, zone: zones.ZoneHealth, healthy: list[str]) -> str:
+    """ "zone-b lost: ...; its 3 replicas moved to zone-a and zone-c", stable across passes."""
+    moved = {z["name"]: z.get("desired", 0) for z in inputs.status.get("zones", []) or []}
+    if moved.get(zone.name) and healthy:
+        return (
+            f"{zone.message}; its {moved[zone.name]} replicas moved to {reporting.names(healthy)}"
+        )
+    before = str(
+        reporting.find(inputs.status.get("conditions", []) or [], "Degraded").get("message", "")
+    )
+    kept = [part for part in before.split(" | ") if part.startswith(zone.message)]
+    return kept[0] if kept else zone.message
+
+
+def _degraded_verdict(
+    inputs: PoolInputs, health: Sequence[zones.ZoneHealth], placed: placement.Placement
+) -> Verdict:
+    healthy = [h.name for h in health if h.healthy]
+    lost = [_lost_zone_message(inputs, h, healthy) for h in health if not h.healthy]
+    if lost:
+        return (True, "ZoneLost", " | ".join(lost))
+    if placed.why == placement.Why.MAX_REPLICAS:
+        return (
+            True,
+            "ScalingLimited",
+            f"{placed.needed} replicas needed but replicas.max is {inputs.spec.replicas.max}",
+        )
+    if inputs.rival_models:
+        return (
+            True,
+            "PoolClaimedTwice",
+            f"ModelDeployment(s) {reporting.names(inputs.rival_models)} "
+            "also claim this pool; a pool runs one model, the oldest claim wins",
+        )
+    return (False, "AllZonesHealthy", "every zone is healthy")
+
+
+def _status(
+    inputs: PoolInputs,
+    health: Sequence[zones.ZoneHealth],
+    placed: placement.Placement,
+    step: Mapping[str, int],
+    ready: Mapping[str, int],
+) -> dict[str, Any]:
+    old = inputs.status
+    old_conditions = old.get("conditions", []) or []
+    gen, now = inputs.generation, inputs.now
+    healthy = [h.name for h in health if h.healthy]
+    total_ready = sum(ready.values())
+    ready_c = _ready_verdict(inputs, health, placed.total, total_ready)
+    progress = _progress_verdict(inputs, placed, step, total_ready)
+    degraded = _degraded_verdict(inputs, health, placed)
+    conditions = [
+        condition(old_conditions, type=t, status=s, reason=r, message=m, now=now, generation=gen)
+        for t, (s, r, m) in (("Ready", ready_c), ("Progressing", progress), ("Degraded", degraded))
+    ]
+    last = old.get("lastScaling") or {}
+    if last.get("replicas") != placed.total or last.get("reason") != placed.why.value:
+        last = {
+            "replicas": placed.total,
+            "reason": placed.why.value,
+            "message": placed.message,
+            "time": reporting.timestamp(now),
+        }
+    warm = sum(min(ready.get(z, 0), inputs.spec.warm.per_zone) for z in healthy)
+    return {
+        "observedGeneration": gen,
+        "replicas": placed.total,
+        "readyReplicas": total_ready,
+        "warmReplicas": warm,
+        "zones": [
+            {
+                "name": h.name,
+                "desired": placed.per_zone.get(h.name, 0),
+                "ready": ready.get(h.name, 0),
+                "healthy": h.healthy,
+                "message": h.message,
+            }
+            for h in health
+        ],
+        "lastScaling": last,
+        "conditions": conditions,
+    }
+
+
+def _events(inputs: PoolInputs, status: Mapping[str, Any]) -> list[Event]:
+    old = inputs.status.get("conditions", []) or []
+    new = status["conditions"]
+    events = []
+    if lost := reporting.changed_to(old, new, "Degraded", "True"):
+        events.append(
+            Event(type="Warning", reason=str(lost["reason"]), message=str(lost["message"]))
+        )
+    was_lost = {
+        z["name"] for z in inputs.status.get("zones", []) or [] if not z.get("healthy", True)
+    }
+    back = [z["name"] for z in status["zones"] if z["healthy"] and z["name"] in was_lost]
+    if back:
+        events.append(
+            Event(
+                type="Normal",
+                reason="ZoneRecovered",
+                message=f"{reporting.names(back)} healthy again; rebalancing replicas",
+            )
+        )
+    blocked = reporting.changed_to(old, new, "Ready", "False")
+    if blocked and blocked["reason"] in ("NoModelDeployment", "NoHealthyZone"):
+        waiting = blocked["reason"] == "NoModelDeployment"  # a pool waiting for a model is normal
+        events.append(
+            Event(
+                type="Normal" if waiting else "Warning",
+                reason=str(blocked["reason"]),
+                message=str(blocked["message"]),
+            )
+        )
+    last_old = inputs.status.get("lastScaling") or {}
+    last_new = status["lastScaling"]
+    if last_old.get("time") != last_new.get("time"):
+        before = last_old.get("replicas", 0)
+        events.append(
+            Event(
+                type="Normal",
+                reason="Scaled",
+                message=f"{before} -> {last_new['replicas']} replicas ({last_new['message']})",
+            )
+        )
+    return events
