@@ -1,0 +1,48 @@
+"""Run the operator as a user would: its own process, with the RBAC of manifests/operator."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+
+from support.cluster import REPO, Cluster
+
+SA, SA_NAMESPACE = "tokenfleet-operator", "tokenfleet-system"
+
+
+def service_account_kubeconfig(cluster: Cluster, path: Path) -> Path:
+    """Install manifests/operator and write a kubeconfig holding the operator's own token."""
+    cluster.kubectl("apply", "-k", str(REPO / "manifests" / "operator"))
+    token = cluster.kubectl(
+        "create", "token", SA, "-n", SA_NAMESPACE, "--duration=4h"
+    ).stdout.strip()
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    admin["users"] = [{"name": "tokenfleet-admin", "user": {"token": token}}]
+    path.write_text(yaml.safe_dump(admin))
+    return path
+
+
+@contextmanager
+def running_operator(kubeconfig: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tokenfleet.operator", "--verbose"],
+            env={**os.environ, "KUBECONFIG": str(kubeconfig), "TOKENFLEET_RECONCILE_SECONDS": "1"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()

@@ -1,0 +1,269 @@
+"""The pool plan from values: children rendered per zone, applied only on change, an old revision
+kept until the new one is ready, status conditions and the events their changes deserve."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+
+from tokenfleet.api import labels
+from tokenfleet.api.deployment import ModelDeploymentSpec
+from tokenfleet.api.pool import InferencePoolSpec
+from tokenfleet.operator import desired, models, observed, plan
+
+NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
+ZONES = ("zone-a", "zone-b", "zone-c")
+POOL = InferencePoolSpec.model_validate(
+    {
+        "accelerator": {"product": "H100"},
+        "zones": {"names": list(ZONES)},
+        "replicas": {"min": 6, "max": 24},
+    }
+)
+MODEL = ModelDeploymentSpec.model_validate(
+    {
+        "model": {"name": "m", "aliases": ["m2"]},
+        "pools": ["p"],
+        "artifact": {
+            "uri": "file:///m",
+            "digest": "sha256:" + "c" * 64,
+            "trust": {"publicKey": {"name": "k"}},
+        },
+        "engine": {"maxModelLen": 4096, "extraArgs": ["--enable-chunked-prefill"]},
+    }
+)
+REVISION = desired.revision_of(MODEL)
+
+
+def node(zone: str, *, ready: bool = True, product: str = "H100") -> observed.NodeRecord:
+    return observed.NodeRecord(
+        name=f"n-{zone}",
+        ready=ready,
+        allocatable={labels.GPU_RESOURCE: "8"},
+        labels={labels.TOPOLOGY_ZONE: zone, labels.GPU_PRODUCT: product},
+    )
+
+
+def pods(
+    counts: dict[str, int], revision: str = REVISION, ready: bool = True
+) -> list[observed.WorkerPod]:
+    return [
+        observed.WorkerPod(
+            name=f"{z}-{i}",
+            zone=z,
+            revision=revision,
+            ready=ready,
+            terminating=False,
+            unschedulable_since=None,
+        )
+        for z, n in counts.items()
+        for i in range(n)
+    ]
+
+
+def inputs(**overrides: Any) -> plan.PoolInputs:
+    base: dict[str, Any] = dict(
+        namespace="ns",
+        name="p",
+        uid="u1",
+        generation=3,
+        spec=POOL,
+        status={},
+        model=MODEL,
+        rival_models=[],
+        pods=[],
+        sets=[],
+        nodes=[node(z) for z in ZONES],
+        now=NOW,
+    )
+    return plan.PoolInputs(**{**base, **overrides})
+
+
+def applied_sets(result: plan.PoolPlan) -> dict[str, int]:
+    return {
+        m["metadata"]["labels"][labels.ZONE]: m["spec"]["replicas"]
+        for m in result.apply
+        if m["kind"] == "Deployment"
+    }
+
+
+def as_sets(result: plan.PoolPlan) -> list[observed.WorkerSet]:
+    return [observed.worker_set(m) for m in result.apply if m["kind"] == "Deployment"]
+
+
+def cond(result: plan.PoolPlan, kind: str) -> dict[str, Any]:
+    return next(c for c in result.status["conditions"] if c["type"] == kind)
+
+
+def test_fresh_pool_gets_one_deployment_per_zone_plus_budget_and_service() -> None:
+    result = plan.plan_pool(inputs())
+    assert applied_sets(result) == dict.fromkeys(ZONES, 2)
+    kinds = sorted(m["kind"] for m in result.apply)
+    assert kinds == ["Deployment"] * 3 + ["PodDisruptionBudget", "Service"]
+    assert result.delete == []
+    assert result.status["replicas"] == 6 and result.status["observedGeneration"] == 3
+    assert cond(result, "Ready")["reason"] == "ReplicasStarting"
+    assert [e.reason for e in result.events] == ["Scaled"]
+
+
+def test_nothing_is_applied_again_when_nothing_changed() -> None:
+    first = plan.plan_pool(inputs())
+    steady = inputs(sets=as_sets(first), pods=pods(dict.fromkeys(ZONES, 2)), status=first.status)
+    second = plan.plan_pool(steady)
+    assert [m["kind"] for m in second.apply] == ["PodDisruptionBudget", "Service"]  # not indexed
+    third = plan.plan_pool(
+        inputs(sets=as_sets(first), pods=pods(dict.fromkeys(ZONES, 2)), status=second.status)
+    )
+    assert third.status == second.status and third.events == []
+    assert cond(third, "Ready")["status"] == "True"
+
+
+def test_worker_pod_is_rendered_from_the_engine_settings() -> None:
+    manifest = next(m for m in plan.plan_pool(inputs()).apply if m["kind"] == "Deployment")
+    pod = manifest["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["args"][:4] == [desired.MODEL_DIR, "--served-model-name", "m", "m2"]
+    assert (
+        "--max-model-len" in container["args"] and "--enable-chunked-prefill" in container["args"]
+    )
+    assert container["resources"]["limits"] == {labels.GPU_RESOURCE: "1"}
+    assert pod["nodeSelector"] == {labels.TOPOLOGY_ZONE: "zone-a", labels.GPU_PRODUCT: "H100"}
+    assert (
+        container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"]
+        >= 600
+    )
+    assert "exec" in container["readinessProbe"]
+    assert container["lifecycle"]["preStop"]["sleep"]["seconds"] > 0
+    assert pod["terminationGracePeriodSeconds"] >= 60
+    assert manifest["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert set(manifest["metadata"]["labels"]) == {
+        labels.ROLE,
+        labels.POOL,
+        labels.MODEL,
+        labels.REVISION,
+        labels.ZONE,
+    }
+
+
+def test_a_new_revision_replaces_the_old_only_once_ready() -> None:
+    old_sets = [
+        observed.WorkerSet(name=f"p-{z}-old", zone=z, revision="old", replicas=2, applied_hash="x")
+        for z in ZONES
+    ]
+    starting = plan.plan_pool(
+        inputs(sets=old_sets, pods=pods(dict.fromkeys(ZONES, 2), revision="old"))
+    )
+    assert starting.delete == []  # the old revision keeps serving
+    assert applied_sets(starting) == dict.fromkeys(ZONES, 2)
+    ready = plan.plan_pool(
+        inputs(sets=old_sets + as_sets(starting), pods=pods(dict.fromkeys(ZONES, 2)))
+    )
+    assert ready.delete == sorted(s.name for s in old_sets)
+
+
+def test_zone_loss_moves_the_share_and_explains_it() -> None:
+    before = plan.plan_pool(inputs(pods=pods(dict.fromkeys(ZONES, 2))))
+    nodes = [node("zone-a"), node("zone-b", ready=False), node("zone-c")]
+    lost = plan.plan_pool(
+        inputs(
+            nodes=nodes,
+            status=before.status,
+            sets=as_sets(before),
+            pods=pods(dict.fromkeys(ZONES, 2)),
+        )
+    )
+    assert applied_sets(lost) == {"zone-a": 3, "zone-c": 3}
+    assert [s for s in lost.delete if "zone-b" in s]
+    degraded = cond(lost, "Degraded")
+    assert degraded["reason"] == "ZoneLost"
+    assert (
+        degraded["message"]
+        == "zone-b lost: 1 of 1 nodes NotReady; its 2 replicas moved to zone-a and zone-c"
+    )
+    assert [e.reason for e in lost.events] == ["ZoneLost"]  # total unchanged: no Scaled event
+    again = plan.plan_pool(
+        inputs(nodes=nodes, status=lost.status, pods=pods({"zone-a": 3, "zone-c": 3}))
+    )
+    assert cond(again, "Degraded")["message"] == degraded["message"]  # stable across passes
+    assert "ZoneLost" not in {e.reason for e in again.events}  # one event per transition
+
+
+def test_no_model_and_no_matching_nodes_are_explained() -> None:
+    idle = plan.plan_pool(inputs(model=None))
+    assert applied_sets(idle) == {} and cond(idle, "Ready")["reason"] == "NoModelDeployment"
+    assert next(e for e in idle.events if e.reason == "NoModelDeployment").type == "Normal"
+    nothing = plan.plan_pool(inputs(nodes=[node(z, product="A100") for z in ZONES]))
+    assert applied_sets(nothing) == {}
+    assert cond(nothing, "Ready")["reason"] == "NoHealthyZone"
+    assert "no node offers the accelerator" in cond(nothing, "Ready")["message"]
+
+
+def test_condition_transition_time_moves_only_on_status_change() -> None:
+    first = plan.plan_pool(inputs())
+    later = NOW + datetime.timedelta(minutes=5)
+    second = plan.plan_pool(inputs(status=first.status, now=later, sets=as_sets(first)))
+    assert cond(second, "Ready")["lastTransitionTime"] == cond(first, "Ready")["lastTransitionTime"]
+
+
+@pytest.mark.parametrize(
+    ("claims", "expected"),
+    [
+        pytest.param([], None, id="none"),
+        pytest.param(
+            [
+                models.Claim(created="2026-01-02", name="b"),
+                models.Claim(created="2026-01-01", name="z"),
+            ],
+            "z",
+            id="oldest-wins",
+        ),
+        pytest.param(
+            [
+                models.Claim(created="2026-01-01", name="b"),
+                models.Claim(created="2026-01-01", name="a"),
+            ],
+            "a",
+            id="tie-by-name",
+        ),
+    ],
+)
+def test_oldest_claim_wins_a_pool(claims: list[models.Claim], expected: str | None) -> None:
+    won = models.winner(claims)
+    assert (won.name if won else None) == expected
+
+
+def model_inputs(**overrides: Any) -> models.ModelInputs:
+    base: dict[str, Any] = dict(
+        namespace="ns",
+        name="md",
+        generation=1,
+        spec=MODEL,
+        status={},
+        existing_pools=frozenset({"p"}),
+        pool_owner={"p": "md"},
+        pods=[],
+        now=NOW,
+    )
+    return models.ModelInputs(**{**base, **overrides})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "phase", "reason"),
+    [
+        pytest.param({}, "Progressing", "ReplicasStarting", id="starting"),
+        pytest.param({"pods": pods({"zone-a": 1})}, "Available", "ReplicasReady", id="available"),
+        pytest.param({"existing_pools": frozenset()}, "Pending", "PoolNotFound", id="missing-pool"),
+        pytest.param({"pool_owner": {"p": "other"}}, "Pending", "PoolClaimed", id="pool-taken"),
+    ],
+)
+def test_model_status(overrides: dict[str, Any], phase: str, reason: str) -> None:
+    status, events = models.plan_model(model_inputs(**overrides))
+    assert status["phase"] == phase
+    available = next(c for c in status["conditions"] if c["type"] == "Available")
+    assert available["reason"] == reason
+    if reason in ("PoolNotFound", "PoolClaimed"):
+        assert [e.reason for e in events] == [reason]
+        _, again = models.plan_model(model_inputs(**overrides, status=status))
+        assert again == []  # told once, not every pass
