@@ -127,6 +127,9 @@ def controller_manager(bin_dir: Path, ports: Ports, files: Files) -> list[str]:
         "-endpointslice-mirroring-controller",
         # kwok heartbeats every few seconds; a short grace period makes a lost zone visible fast.
         "--node-monitor-grace-period=20s",
+        # The default 20 QPS throttles 200-pod rollouts to minutes; this is a one-host cluster.
+        "--kube-api-qps=200",
+        "--kube-api-burst=400",
         "--profiling=false",
     ]
 
@@ -138,6 +141,8 @@ def scheduler(bin_dir: Path, ports: Ports, files: Files) -> list[str]:
         "--leader-elect=false",
         "--bind-address=127.0.0.1",
         f"--secure-port={ports.scheduler}",
+        "--kube-api-qps=200",
+        "--kube-api-burst=400",
         "--profiling=false",
     ]
 

@@ -80,6 +80,7 @@ def plan_pool(inputs: PoolInputs) -> PoolPlan:
         max_replicas=spec.replicas.max,
         warm_per_zone=spec.warm.per_zone,
         tolerate_loss=spec.zones.tolerate_loss,
+        pool=f"{inputs.namespace}/{inputs.name}",
     )
     if inputs.model is None:
         placed = dataclasses.replace(placed, per_zone=dict.fromkeys(placed.per_zone, 0))

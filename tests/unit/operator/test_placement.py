@@ -3,6 +3,7 @@ zone; then the surge-then-drain transition and zone health verdicts."""
 
 from __future__ import annotations
 
+import collections
 import datetime
 
 import pytest
@@ -26,7 +27,7 @@ CASES = [
     # id, demand, zones, min, max, warm, tolerate, expected per zone, why
     ("min-6-even", 0, zs(*ABC), 6, 24, 1, 0, {"a": 2, "b": 2, "c": 2}, Why.MIN_REPLICAS),
     (
-        "min-7-remainder-by-name",
+        "min-7-remainder-deterministic",
         0,
         zs(*ABC),
         7,
@@ -395,3 +396,31 @@ def test_zone_health(
     for verdict in got:
         assert verdict.healthy == (verdict.reason == "Healthy")
         assert verdict.healthy or verdict.name in verdict.message
+
+
+def test_remainders_spread_across_pools_but_stay_put_for_one_pool() -> None:
+    """Ordering ties by zone name would stack every pool's extra replica in one zone."""
+    extra: collections.Counter[str] = collections.Counter()
+    for i in range(60):
+        got = placement.place(
+            demand=0,
+            zones=zs(*ABC),
+            min_replicas=4,
+            max_replicas=24,
+            warm_per_zone=0,
+            tolerate_loss=0,
+            pool=f"ns/pool-{i}",
+        )
+        again = placement.place(
+            demand=0,
+            zones=zs(*ABC),
+            min_replicas=4,
+            max_replicas=24,
+            warm_per_zone=0,
+            tolerate_loss=0,
+            pool=f"ns/pool-{i}",
+        )
+        assert got.per_zone == again.per_zone
+        extra[max(got.per_zone, key=lambda z: got.per_zone[z])] += 1
+    assert set(extra) == set(ABC)
+    assert max(extra.values()) <= 30  # no zone takes more than half of 60 remainders

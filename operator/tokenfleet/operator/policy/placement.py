@@ -4,7 +4,9 @@ The total is the largest of the demand (``replicas.min`` or the autoscaler's wis
 floor (``warm.perZone`` in every healthy zone) and zone-loss headroom (enough that losing the
 ``tolerateLoss`` largest zones still leaves the demand), capped at ``replicas.max``. It is split
 across healthy zones as evenly as possible; the remainder goes to zones that already have more
-replicas (fewer moves), then by name (deterministic).
+replicas (fewer moves), then by a stable hash of pool and zone: deterministic for one pool, yet
+spread across pools (ordering by zone name alone would stack every pool's remainder in the
+first zone and exhaust it).
 
 :func:`transition` then makes a move safe: zones that grow get their target at once, healthy
 zones that shrink keep their replicas until every zone has its target ready (surge, then drain),
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 from collections.abc import Mapping, Sequence
 
 
@@ -50,17 +53,22 @@ class Placement:
     needed: int  # what the demand and headroom asked for, before the cap
 
 
-def split(total: int, zones: Sequence[Zone]) -> dict[str, int]:
-    """``total`` over ``zones`` as evenly as possible; ties favour zones with more, then names."""
+def _tie_break(pool: str, zone: str) -> str:
+    return hashlib.sha256(f"{pool}/{zone}".encode()).hexdigest()
+
+
+def split(total: int, zones: Sequence[Zone], pool: str = "") -> dict[str, int]:
+    """``total`` over ``zones`` as evenly as possible; ties favour zones with more replicas,
+    then a stable per-pool order."""
     if not zones:
         return {}
     base, remainder = divmod(total, len(zones))
-    order = sorted(zones, key=lambda z: (-z.current, z.name))
+    order = sorted(zones, key=lambda z: (-z.current, _tie_break(pool, z.name), z.name))
     return {z.name: base + (1 if i < remainder else 0) for i, z in enumerate(order)}
 
 
 def _survives(total: int, zones: Sequence[Zone], lose: int, demand: int) -> bool:
-    largest = sorted(split(total, zones).values(), reverse=True)[:lose]
+    largest = sorted(split(total, zones).values(), reverse=True)[:lose]  # order-independent
     return total - sum(largest) >= demand
 
 
@@ -72,6 +80,7 @@ def place(
     max_replicas: int,
     warm_per_zone: int,
     tolerate_loss: int,
+    pool: str = "",
 ) -> Placement:
     """The pool's placement for a demand of ``demand`` replicas (0 when only bounds apply)."""
     healthy = [z for z in zones if z.healthy]
@@ -104,7 +113,7 @@ def place(
     if total > max_replicas:
         total, why = max_replicas, Why.MAX_REPLICAS
         message = f"capped at replicas.max ({max_replicas}); {needed} wanted"
-    per_zone = {z.name: 0 for z in zones} | split(total, healthy)
+    per_zone = {z.name: 0 for z in zones} | split(total, healthy, pool)
     return Placement(total=total, per_zone=per_zone, why=why, message=message, needed=needed)
 
 
