@@ -7,6 +7,12 @@ import sys
 USAGE = """usage: tokenfleet COMMAND [ARGS]
 
 commands:
+  operator [--namespace NS] [--liveness URL] [--verbose]
+                       run the kopf operator (uses $KUBECONFIG or in-cluster credentials)
+  gateway [--config FILE] [--port 8080] [--workers N] [--redis URL]
+                       run the OpenAI-compatible gateway (Kubernetes or static mode)
+  tenant create-key NAME [-n NS] [--replace]
+                       make an API key for a tenant: printed once, stored as a hash
   dev up|down|status   the local platform (same as make up / make down)
   crds --write|--check DIR
                        render the CustomResourceDefinitions from tokenfleet.api
@@ -20,6 +26,18 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if args else 2
     command, rest = args[0], args[1:]
+    if command == "operator":
+        from tokenfleet.operator.__main__ import main as operator
+
+        return operator(rest)
+    if command == "gateway":
+        from tokenfleet.gateway.__main__ import main as gateway
+
+        return gateway(rest)
+    if command == "tenant":
+        from tokenfleet.gateway.tenants import main as tenant
+
+        return tenant(rest)
     if command == "dev":
         from tokenfleet.devstack.__main__ import main as dev
 

@@ -31,3 +31,14 @@ def test_one_namespace_package_spans_both_roots() -> None:
     assert paths == {REPO / "operator" / "tokenfleet", REPO / "gateway" / "tokenfleet"}
     assert importlib.import_module("tokenfleet.operator").__file__
     assert importlib.import_module("tokenfleet.gateway").__file__
+
+
+def test_cli_lists_its_commands_and_rejects_unknown_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tokenfleet import cli
+
+    assert cli.main(["--help"]) == 0
+    assert "operator" in capsys.readouterr().out
+    assert cli.main(["frobnicate"]) == 2
+    assert "unknown command" in capsys.readouterr().err
