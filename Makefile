@@ -44,7 +44,7 @@ status: $(VENV)/.installed
 	@$(PY) -m tokenfleet.devstack status
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check operator gateway tests
+	$(VENV)/bin/ruff check operator gateway tests bench
 	$(VENV)/bin/mypy operator/tokenfleet gateway/tokenfleet
 	$(VENV)/bin/lint-imports
 	$(PY) -m tokenfleet.api.crd --check crds

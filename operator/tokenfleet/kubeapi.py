@@ -1,13 +1,15 @@
-"""A small asyncio Kubernetes REST client: enough for the node agent (get, patch, list+watch).
+"""A small asyncio Kubernetes REST client: get, patch, list+watch over aiohttp.
 
-The operator uses kopf and the gateway its own pod watch; the local stack only needs token auth
-against its own API server, so this stays tiny instead of pulling in another client library.
+Used by the gateway (watching worker pods, tenants and their key Secrets) and the local stack's
+node agent. It authenticates with a bearer token: a pod's service-account token in a cluster,
+or the token of a kubeconfig (client certificates and exec plugins are not supported).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -41,9 +43,35 @@ class KubeApi:
 
     @staticmethod
     def kubeconfig_credentials(path: Path) -> tuple[str, str]:
-        """(server, token) from a kubeconfig written by :mod:`tokenfleet.devstack.pki`."""
+        """(server, token) of a kubeconfig's current context."""
         doc = yaml.safe_load(path.read_text())
-        return doc["clusters"][0]["cluster"]["server"], doc["users"][0]["user"]["token"]
+        context_name = doc.get("current-context") or doc["contexts"][0]["name"]
+        context = next(c["context"] for c in doc["contexts"] if c["name"] == context_name)
+        cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == context["cluster"])
+        user = next(u["user"] for u in doc["users"] if u["name"] == context["user"])
+        if "token" not in user:
+            raise ValueError(f"{path}: only token authentication is supported")
+        return cluster["server"], user["token"]
+
+    @classmethod
+    def from_environment(cls, session: aiohttp.ClientSession) -> KubeApi:
+        """In a pod: its service account. Elsewhere: $KUBECONFIG (or ~/.kube/config)."""
+        account = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+        host, port = (
+            os.environ.get("KUBERNETES_SERVICE_HOST"),
+            os.environ.get("KUBERNETES_SERVICE_PORT"),
+        )
+        if host and port and (account / "token").exists():
+            api = cls(
+                server=f"https://{host}:{port}",
+                token=(account / "token").read_text(),
+                session=session,
+            )
+            api._ssl = ssl.create_default_context(cafile=str(account / "ca.crt"))
+            return api
+        config = Path(os.environ.get("KUBECONFIG", Path.home() / ".kube" / "config"))
+        server, token = cls.kubeconfig_credentials(config)
+        return cls(server=server, token=token, session=session)
 
     async def call(
         self,
@@ -79,7 +107,7 @@ class KubeApi:
         )
 
     async def list_watch(self, path: str, *, selector: str = "") -> AsyncIterator[tuple[str, Obj]]:
-        """Events (ADDED, MODIFIED, DELETED) for a collection, forever.
+        """Events (ADDED, MODIFIED, DELETED, and SYNCED after each full list) for a collection.
 
         Lists first (reporting every item as ADDED and anything gone since as DELETED), then
         watches from that resourceVersion; relists when the watch expires (410) or breaks.
@@ -95,6 +123,7 @@ class KubeApi:
                         yield "DELETED", obj
                 for obj in items.values():
                     yield "ADDED", obj
+                yield "SYNCED", {}  # the collection has been listed in full
                 known = items
                 version = listed["metadata"]["resourceVersion"]
                 async for kind, obj in self._watch(path, query, version):

@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 
 from tokenfleet.devstack import processes, simulated
-from tokenfleet.devstack.kubeapi import ApiError, KubeApi, Obj
+from tokenfleet.kubeapi import ApiError, KubeApi, Obj
 
 log = logging.getLogger("tokenfleet.devstack.nodeagent")
 
@@ -137,6 +137,8 @@ class NodeAgent:
         async for kind, node in self._api.list_watch(
             "/api/v1/nodes", selector=f"{labels.SIMULATED_NODE}=true"
         ):
+            if kind == "SYNCED":
+                continue
             name = node["metadata"]["name"]
             if kind == "DELETED":
                 self._nodes.pop(name, None)
@@ -146,6 +148,8 @@ class NodeAgent:
 
     async def _watch_pods(self) -> None:
         async for kind, pod in self._api.list_watch("/api/v1/pods"):
+            if kind == "SYNCED":
+                continue
             uid = pod["metadata"]["uid"]
             if kind == "DELETED":
                 self._pods.pop(uid, None)

@@ -28,9 +28,9 @@ import aiohttp
 
 from tokenfleet.devstack import controlplane, nodes, pki, processes
 from tokenfleet.devstack.controlplane import Files, Ports
-from tokenfleet.devstack.kubeapi import ApiError, KubeApi
 from tokenfleet.devstack.kwokstages import STAGES
 from tokenfleet.devstack.nodeagent import NodeAgent
+from tokenfleet.kubeapi import ApiError, KubeApi
 
 log = logging.getLogger("tokenfleet.devstack")
 

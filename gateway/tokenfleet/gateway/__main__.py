@@ -1,0 +1,130 @@
+"""``tokenfleet gateway`` (also ``python -m tokenfleet.gateway``): run the gateway.
+
+Without --config it watches Kubernetes ($KUBECONFIG or in-cluster); with --config it serves a
+static file. --workers N runs N processes on one port (SO_REUSEPORT) to use every core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from aiohttp import web
+
+from tokenfleet.gateway import app as gateway_app
+from tokenfleet.gateway import discovery
+from tokenfleet.gateway.config import Settings, StaticConfig
+from tokenfleet.gateway.state import STATE
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tokenfleet gateway", description=__doc__)
+    p.add_argument(
+        "--config", type=Path, help="static mode: models, pools and tenants from this YAML"
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--workers", type=int, default=1, help="processes sharing the port")
+    p.add_argument(
+        "--redis", default=os.environ.get("TOKENFLEET_REDIS_URL"), help="redis://host:port/0"
+    )
+    p.add_argument(
+        "--quota-failure",
+        choices=("open", "closed"),
+        default=os.environ.get("TOKENFLEET_QUOTA_FAILURE", "open"),
+        help="when Redis is down: serve with local limits (open) or refuse (closed)",
+    )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=int(os.environ.get("TOKENFLEET_GATEWAY_REPLICAS", "1")),
+        help="gateway replicas sharing the quotas (sizes fail-open local limits)",
+    )
+    p.add_argument("--no-access-log", action="store_true")
+    return p
+
+
+def serve(settings: Settings, config: StaticConfig | None) -> None:
+    """One worker process: the app on a SO_REUSEPORT socket until SIGTERM, then drain."""
+    import uvloop
+
+    application = gateway_app.create_app(settings)
+    source = discovery.static_source(config) if config else discovery.kubernetes_source()
+    application.cleanup_ctx.append(source)
+
+    async def draining(app: web.Application) -> None:
+        app[STATE].draining = True  # /readyz says so while in-flight streams finish
+
+    application.on_shutdown.append(draining)
+    web.run_app(
+        application,
+        host=settings.host,
+        port=settings.port,
+        reuse_port=True,
+        access_log=None,
+        handler_cancellation=True,
+        shutdown_timeout=settings.drain_seconds,
+        print=None,
+        loop=uvloop.new_event_loop(),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(message)s"
+        if not sys.stderr.isatty()
+        else "%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    if args.no_access_log:
+        logging.getLogger("tokenfleet.gateway.access").setLevel(logging.WARNING)
+    config = StaticConfig.load(args.config) if args.config else None
+    settings = Settings.from_env(
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        redis_url=args.redis,
+        quota_failure=args.quota_failure,
+        expected_replicas=args.replicas,
+        access_log=not args.no_access_log,
+    )
+    if not settings.salt_secret:
+        logging.warning(
+            "no TOKENFLEET_SALT_SECRET(_FILE): cache_salt uses a per-start random key, "
+            "so replicas will not share prefix-cache entries across restarts"
+        )
+        settings = dataclasses.replace(settings, salt_secret=os.urandom(32))
+    if args.workers <= 1:
+        serve(settings, config)
+        return 0
+    os.environ.setdefault(
+        "PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="tf-gateway-metrics-")
+    )
+    children = []
+    for _ in range(args.workers):
+        pid = os.fork()
+        if pid == 0:
+            serve(settings, config)
+            os._exit(0)
+        children.append(pid)
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            os.kill(child, signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    for pid in children:
+        os.waitpid(pid, 0)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,220 @@
+"""What one gateway serves, as one immutable value: models, pools, tenants, endpoints.
+
+Built from Kubernetes objects (the gateway's watches) or from a static YAML file, then swapped
+whole; request handlers read it without locks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tokenfleet.api import labels
+from tokenfleet.api.deployment import ModelDeploymentSpec
+from tokenfleet.api.pool import AdmissionClass, InferencePoolSpec
+from tokenfleet.api.tenant import TenantSpec
+from tokenfleet.gateway.policy import quotas
+from tokenfleet.gateway.policy.admission import ClassPolicy
+from tokenfleet.gateway.policy.routing import Endpoint, Snapshot
+
+DEFAULT_CONCURRENCY = 256  # vLLM's default --max-num-seqs
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Pool:
+    """A pool as admission needs it."""
+
+    key: str  # namespace/name
+    classes: Mapping[str, ClassPolicy]
+    max_input_tokens: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Model:
+    """A served name and where it runs."""
+
+    name: str  # the canonical served name
+    pools: tuple[str, ...]
+    fallback: str | None = None
+    max_concurrency: int = DEFAULT_CONCURRENCY
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Tenant:
+    """A caller."""
+
+    key: str  # namespace/name
+    allowed_models: frozenset[str]
+    priority_class: str
+    limits: quotas.Limits
+    cache_group: str = ""
+    max_tokens_cap: int | None = None
+
+    def may_use(self, model: str) -> bool:
+        return "*" in self.allowed_models or model in self.allowed_models
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Catalog:
+    """Everything a request is checked against."""
+
+    models: Mapping[str, Model] = dataclasses.field(default_factory=dict)  # by every served name
+    pools: Mapping[str, Pool] = dataclasses.field(default_factory=dict)
+    tenants_by_key_hash: Mapping[str, Tenant] = dataclasses.field(default_factory=dict)
+    endpoints: Snapshot = dataclasses.field(default_factory=Snapshot)
+
+    def with_endpoints(self, endpoints: Snapshot) -> Catalog:
+        return dataclasses.replace(self, endpoints=endpoints)
+
+
+def class_policy(c: AdmissionClass) -> ClassPolicy:
+    return ClassPolicy(
+        name=c.name,
+        priority=c.priority,
+        max_queue_depth=c.max_queue_depth,
+        max_queue_age=c.max_queue_age_ms / 1000,
+        default_deadline=c.default_deadline_ms / 1000,
+        reserved_share=c.reserved_percent / 100,
+        degraded_max_tokens=c.degraded_max_tokens,
+    )
+
+
+def pool_of(key: str, spec: InferencePoolSpec) -> Pool:
+    return Pool(
+        key=key,
+        classes={c.name: class_policy(c) for c in spec.admission.classes},
+        max_input_tokens=spec.max_input_tokens,
+    )
+
+
+def models_of(namespace: str, spec: ModelDeploymentSpec) -> dict[str, Model]:
+    model = Model(
+        name=spec.model.name,
+        pools=tuple(f"{namespace}/{p}" for p in spec.pools),
+        fallback=spec.fallback.model if spec.fallback else None,
+        max_concurrency=spec.engine.max_num_seqs or DEFAULT_CONCURRENCY,
+    )
+    return {name: model for name in (spec.model.name, *spec.model.aliases)}
+
+
+def tenant_of(key: str, spec: TenantSpec) -> Tenant:
+    q = spec.quotas
+    return Tenant(
+        key=key,
+        allowed_models=frozenset(spec.allowed_models),
+        priority_class=spec.priority_class,
+        limits=quotas.Limits(
+            requests_per_minute=q.requests_per_minute,
+            tokens_per_minute=q.tokens_per_minute,
+            tokens_per_day=q.tokens_per_day,
+            max_concurrent=q.max_concurrent,
+        ),
+        cache_group=spec.cache_isolation.group
+        if spec.cache_isolation.mode == "SharedGroup"
+        else "",
+        max_tokens_cap=spec.max_tokens_cap,
+    )
+
+
+def key_hashes(secret: Mapping[str, Any]) -> list[str]:
+    """The sha256:<hex> values of a key Secret (data is base64; stringData is not stored)."""
+    import base64
+
+    out = []
+    for value in (secret.get("data") or {}).values():
+        text = base64.b64decode(value).decode(errors="replace").strip()
+        if text.startswith("sha256:") and len(text) == 71:
+            out.append(text)
+    return out
+
+
+def endpoints_of(pods: Iterable[Mapping[str, Any]], models: Mapping[str, Model]) -> Snapshot:
+    """Ready, not terminating worker pods → endpoints (pods are watched, not EndpointSlices)."""
+    found = []
+    for pod in pods:
+        meta, status = pod.get("metadata", {}), pod.get("status", {})
+        pod_labels = meta.get("labels", {})
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions", [])
+        )
+        if not ready or meta.get("deletionTimestamp") or not status.get("podIP"):
+            continue
+        served = pod_labels.get(labels.MODEL, "")
+        model = models.get(served)
+        names = (
+            frozenset(n for n, m in models.items() if m is model) if model else frozenset({served})
+        )
+        port = next(
+            (
+                p["containerPort"]
+                for c in pod.get("spec", {}).get("containers", [])
+                for p in c.get("ports", [])
+                if p.get("name") == "http"
+            ),
+            8000,
+        )
+        found.append(
+            Endpoint(
+                url=f"http://{status['podIP']}:{port}",
+                pool=f"{meta.get('namespace')}/{pod_labels.get(labels.POOL, '')}",
+                models=names,
+                revision=pod_labels.get(labels.REVISION, ""),
+                zone=pod_labels.get(labels.ZONE, ""),
+                max_concurrency=model.max_concurrency if model else DEFAULT_CONCURRENCY,
+            )
+        )
+    return Snapshot(tuple(sorted(found, key=lambda e: e.url)))
+
+
+def from_objects(
+    *,
+    pools: Iterable[Mapping[str, Any]],
+    models: Iterable[Mapping[str, Any]],
+    tenants: Iterable[Mapping[str, Any]],
+    secrets: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+) -> Catalog:
+    """The catalog from watched objects; an object that does not parse is left out, not fatal."""
+
+    def key(obj: Mapping[str, Any]) -> str:
+        return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+
+    pool_map = {}
+    for obj in sorted(pools, key=key):
+        try:
+            pool_map[key(obj)] = pool_of(
+                key(obj), InferencePoolSpec.model_validate(obj.get("spec", {}))
+            )
+        except ValueError:
+            continue
+    model_map: dict[str, Model] = {}
+    for obj in sorted(models, key=key):  # a served name claimed twice: the first (by key) wins
+        try:
+            found = models_of(
+                obj["metadata"]["namespace"],
+                ModelDeploymentSpec.model_validate(obj.get("spec", {})),
+            )
+        except ValueError:
+            continue
+        for name, model in found.items():
+            model_map.setdefault(name, model)
+    secret_map = {key(s): key_hashes(s) for s in secrets}
+    by_hash: dict[str, Tenant] = {}
+    for obj in sorted(tenants, key=key):
+        try:
+            spec = TenantSpec.model_validate(obj.get("spec", {}))
+        except ValueError:
+            continue
+        tenant = tenant_of(key(obj), spec)
+        for h in secret_map.get(
+            f"{obj['metadata']['namespace']}/{spec.api_key_secret_ref.name}", []
+        ):
+            by_hash.setdefault(h, tenant)
+    return Catalog(
+        models=model_map,
+        pools=pool_map,
+        tenants_by_key_hash=by_hash,
+        endpoints=endpoints_of(pods, model_map),
+    )

@@ -1,0 +1,98 @@
+"""Catalog sources: Kubernetes watches, or a static file.
+
+The Kubernetes source watches InferencePools, ModelDeployments, Tenants, key Secrets (only those
+labelled tokenfleet.io/api-keys=true) and worker Pods — Pods, not EndpointSlices, because it
+wants their pool, revision and zone labels and their readiness. After every change it rebuilds
+the catalog and swaps it whole. It is ready once every collection has been listed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from tokenfleet.api import labels
+from tokenfleet.gateway import catalog
+from tokenfleet.gateway.config import StaticConfig
+from tokenfleet.gateway.state import STATE, GatewayState
+from tokenfleet.kubeapi import KubeApi
+
+log = logging.getLogger("tokenfleet.gateway.discovery")
+
+KEY_SECRET_LABEL = f"{labels.PREFIX}/api-keys"
+COLLECTIONS = {
+    "pools": ("/apis/tokenfleet.io/v1alpha1/inferencepools", ""),
+    "models": ("/apis/tokenfleet.io/v1alpha1/modeldeployments", ""),
+    "tenants": ("/apis/tokenfleet.io/v1alpha1/tenants", ""),
+    "secrets": ("/api/v1/secrets", f"{KEY_SECRET_LABEL}=true"),
+    "pods": ("/api/v1/pods", f"{labels.ROLE}={labels.ROLE_WORKER}"),
+}
+#: Coalesce bursts of watch events (a rollout changes many pods at once) into one rebuild.
+REBUILD_DELAY_SECONDS = 0.05
+
+
+class KubernetesSource:
+    def __init__(self, api: KubeApi, state: GatewayState) -> None:
+        self._api = api
+        self._state = state
+        self._objects: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in COLLECTIONS}
+        self._synced: set[str] = set()
+        self._dirty = asyncio.Event()
+
+    async def run(self) -> None:
+        watches = [asyncio.create_task(self._watch(name)) for name in COLLECTIONS]
+        try:
+            while True:
+                await self._dirty.wait()
+                await asyncio.sleep(REBUILD_DELAY_SECONDS)
+                self._dirty.clear()
+                if self._synced == set(COLLECTIONS):
+                    self._state.swap(
+                        catalog.from_objects(**{k: v.values() for k, v in self._objects.items()})
+                    )
+        finally:
+            for task in watches:
+                task.cancel()
+
+    async def _watch(self, name: str) -> None:
+        path, selector = COLLECTIONS[name]
+        async for kind, obj in self._api.list_watch(path, selector=selector):
+            if kind == "SYNCED":
+                self._synced.add(name)
+            elif kind == "DELETED":
+                self._objects[name].pop(obj["metadata"]["uid"], None)
+            else:
+                self._objects[name][obj["metadata"]["uid"]] = obj
+            self._dirty.set()
+
+
+def static_source(config: StaticConfig) -> Any:
+    """A cleanup context that loads the static catalog once."""
+
+    async def load(app: web.Application) -> AsyncIterator[None]:
+        app[STATE].swap(config.catalog())
+        yield
+
+    return load
+
+
+def kubernetes_source() -> Any:
+    """A cleanup context that runs the Kubernetes watches for the app's lifetime."""
+
+    async def watch(app: web.Application) -> AsyncIterator[None]:
+        session = aiohttp.ClientSession()
+        source = KubernetesSource(KubeApi.from_environment(session), app[STATE])
+        task = asyncio.create_task(source.run())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await session.close()
+
+    return watch

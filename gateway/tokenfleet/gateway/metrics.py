@@ -1,0 +1,116 @@
+"""Prometheus metrics of one gateway process (names from tokenfleet.signals.gateway).
+
+With several worker processes, prometheus_client's multiprocess mode (PROMETHEUS_MULTIPROC_DIR)
+aggregates them: gauges of queue age take the max over processes, depths and in-flight the sum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from tokenfleet.signals import gateway as names
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Metrics:
+    registry: CollectorRegistry
+    requests: Counter
+    ttft: Histogram
+    inter_token: Histogram
+    e2e: Histogram
+    queue_depth: Gauge
+    queue_oldest_age: Gauge
+    queue_wait: Histogram
+    in_flight: Gauge
+    prompt_tokens: Counter
+    completion_tokens: Counter
+    quota_backend_up: Gauge
+    endpoints: Gauge
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
+        r = registry or CollectorRegistry()
+        return cls(
+            registry=r,
+            requests=Counter(
+                names.REQUESTS,
+                "Requests by outcome and reason.",
+                ["model", "class", "outcome", "reason"],
+                registry=r,
+            ),
+            ttft=Histogram(
+                names.TTFT,
+                "Time to first token.",
+                ["model", "class"],
+                buckets=LATENCY_BUCKETS,
+                registry=r,
+            ),
+            inter_token=Histogram(
+                names.INTER_TOKEN,
+                "Time between streamed chunks.",
+                ["model", "class"],
+                buckets=TOKEN_GAP_BUCKETS,
+                registry=r,
+            ),
+            e2e=Histogram(
+                names.E2E, "Whole request.", ["model", "class"], buckets=LATENCY_BUCKETS, registry=r
+            ),
+            queue_depth=Gauge(
+                names.QUEUE_DEPTH,
+                "Requests waiting.",
+                ["pool", "class"],
+                multiprocess_mode="livesum",
+                registry=r,
+            ),
+            queue_oldest_age=Gauge(
+                names.QUEUE_OLDEST_AGE,
+                "Age of the oldest waiting request.",
+                ["pool", "class"],
+                multiprocess_mode="livemax",
+                registry=r,
+            ),
+            queue_wait=Histogram(
+                names.QUEUE_WAIT,
+                "Time spent queued before starting.",
+                ["pool", "class"],
+                buckets=LATENCY_BUCKETS,
+                registry=r,
+            ),
+            in_flight=Gauge(
+                names.IN_FLIGHT,
+                "Requests running upstream.",
+                ["pool", "class"],
+                multiprocess_mode="livesum",
+                registry=r,
+            ),
+            prompt_tokens=Counter(
+                names.PROMPT_TOKENS,
+                "Prompt tokens, for chargeback.",
+                ["tenant", "model"],
+                registry=r,
+            ),
+            completion_tokens=Counter(
+                names.COMPLETION_TOKENS,
+                "Completion tokens, for chargeback.",
+                ["tenant", "model"],
+                registry=r,
+            ),
+            quota_backend_up=Gauge(
+                names.QUOTA_BACKEND_UP,
+                "1 when the shared quota store answers.",
+                multiprocess_mode="livemin",
+                registry=r,
+            ),
+            endpoints=Gauge(
+                names.ENDPOINTS,
+                "Ready endpoints by model.",
+                ["model"],
+                multiprocess_mode="livemax",
+                registry=r,
+            ),
+        )

@@ -1,0 +1,94 @@
+"""Why a request is refused, and the one table that maps each reason to HTTP and OpenAI's shape."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+
+class Reason(enum.StrEnum):
+    """A refusal reason; its value is the OpenAI-style error ``code``."""
+
+    MALFORMED_JSON = "malformed_json"
+    INVALID_REQUEST = "invalid_request"
+    CONTEXT_TOO_LONG = "context_length_exceeded"
+    MAX_TOKENS_TOO_LARGE = "max_tokens_too_large"
+    MISSING_API_KEY = "missing_api_key"
+    INVALID_API_KEY = "invalid_api_key"
+    MODEL_NOT_ALLOWED = "model_not_allowed"
+    MODEL_NOT_FOUND = "model_not_found"
+    NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    BODY_TOO_LARGE = "request_too_large"
+    BODY_TIMEOUT = "request_timeout"
+    RATE_LIMITED = "rate_limit_exceeded"
+    DAILY_QUOTA = "insufficient_quota"
+    CONCURRENCY_LIMIT = "concurrency_limit_exceeded"
+    QUEUE_FULL = "queue_full"
+    SHED = "overloaded"
+    DEADLINE_UNMEETABLE = "deadline_unmeetable"
+    QUEUE_TIMEOUT = "queue_timeout"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    NO_ENDPOINTS = "no_healthy_upstream"
+    QUOTA_BACKEND_DOWN = "quota_backend_unavailable"
+    UPSTREAM_ERROR = "upstream_error"
+    UPSTREAM_TIMEOUT = "upstream_timeout"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Mapping:
+    status: int
+    type: str  # OpenAI's error "type"
+
+
+STATUS: dict[Reason, Mapping] = {
+    Reason.MALFORMED_JSON: Mapping(400, "invalid_request_error"),
+    Reason.INVALID_REQUEST: Mapping(400, "invalid_request_error"),
+    Reason.CONTEXT_TOO_LONG: Mapping(400, "invalid_request_error"),
+    Reason.MAX_TOKENS_TOO_LARGE: Mapping(400, "invalid_request_error"),
+    Reason.MISSING_API_KEY: Mapping(401, "authentication_error"),
+    Reason.INVALID_API_KEY: Mapping(401, "authentication_error"),
+    Reason.MODEL_NOT_ALLOWED: Mapping(403, "permission_error"),
+    Reason.MODEL_NOT_FOUND: Mapping(404, "invalid_request_error"),
+    Reason.NOT_FOUND: Mapping(404, "invalid_request_error"),
+    Reason.METHOD_NOT_ALLOWED: Mapping(405, "invalid_request_error"),
+    Reason.BODY_TIMEOUT: Mapping(408, "invalid_request_error"),
+    Reason.BODY_TOO_LARGE: Mapping(413, "invalid_request_error"),
+    Reason.RATE_LIMITED: Mapping(429, "rate_limit_error"),
+    Reason.DAILY_QUOTA: Mapping(429, "insufficient_quota"),
+    Reason.CONCURRENCY_LIMIT: Mapping(429, "rate_limit_error"),
+    Reason.QUEUE_FULL: Mapping(429, "rate_limit_error"),
+    Reason.SHED: Mapping(503, "server_overloaded"),
+    Reason.DEADLINE_UNMEETABLE: Mapping(503, "server_overloaded"),
+    Reason.QUEUE_TIMEOUT: Mapping(503, "server_overloaded"),
+    Reason.NO_ENDPOINTS: Mapping(503, "service_unavailable"),
+    Reason.QUOTA_BACKEND_DOWN: Mapping(503, "service_unavailable"),
+    Reason.UPSTREAM_ERROR: Mapping(502, "upstream_error"),
+    Reason.DEADLINE_EXCEEDED: Mapping(504, "timeout"),
+    Reason.UPSTREAM_TIMEOUT: Mapping(504, "timeout"),
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Rejected:
+    """A refusal: why, what to tell the caller, and when to try again (seconds), if ever."""
+
+    reason: Reason
+    message: str
+    retry_after: float | None = None
+    param: str | None = None
+
+    @property
+    def status(self) -> int:
+        return STATUS[self.reason].status
+
+    def body(self) -> dict[str, object]:
+        """OpenAI's error JSON."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": STATUS[self.reason].type,
+                "param": self.param,
+                "code": self.reason.value,
+            }
+        }

@@ -1,0 +1,47 @@
+"""The gateway's per-process state, carried in the aiohttp app under one typed key."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import aiohttp
+from aiohttp import web
+
+from tokenfleet.gateway.catalog import Catalog
+from tokenfleet.gateway.config import Settings
+from tokenfleet.gateway.metrics import Metrics
+from tokenfleet.gateway.queues import Admitter
+from tokenfleet.gateway.quota_store import QuotaStore
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class GatewayState:
+    settings: Settings
+    metrics: Metrics
+    quotas: QuotaStore
+    admitter: Admitter
+    catalog: Catalog = dataclasses.field(default_factory=Catalog)
+    catalog_loaded: bool = False  # the first full catalog (models, tenants, endpoints) arrived
+    session: aiohttp.ClientSession | None = None
+    rng: random.Random = dataclasses.field(default_factory=lambda: random.Random(0))
+    in_flight: dict[str, int] = dataclasses.field(default_factory=dict)  # endpoint URL → requests
+    draining: bool = False
+
+    def swap(self, catalog: Catalog) -> None:
+        """Replace the catalog whole; wake queues whose capacity may have grown."""
+        self.catalog = catalog
+        self.catalog_loaded = True
+        for name, model in catalog.models.items():
+            if name == model.name:
+                self.metrics.endpoints.labels(name).set(len(catalog.endpoints.serving(name)))
+        for key, pool in catalog.pools.items():
+            self.admitter.wake(pool=key, policies=pool.classes, capacity=capacity(catalog, key))
+
+
+def capacity(catalog: Catalog, pool: str) -> int:
+    """Requests the pool's ready endpoints take at once."""
+    return sum(e.max_concurrency for e in catalog.endpoints.endpoints if e.pool == pool)
+
+
+STATE: web.AppKey[GatewayState] = web.AppKey("tokenfleet_state", GatewayState)

@@ -1,0 +1,78 @@
+"""``tokenfleet tenant create-key NAME``: a new API key for a tenant, shown once, stored hashed.
+
+The key's sha256 goes into the Secret named by the Tenant's spec.apiKeySecretRef (created if
+needed, labelled so gateways watch it); the key itself is printed once and stored nowhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import sys
+from typing import Any
+
+import aiohttp
+
+from tokenfleet.gateway import keys
+from tokenfleet.gateway.discovery import KEY_SECRET_LABEL
+from tokenfleet.kubeapi import ApiError, KubeApi
+
+
+async def create_key(namespace: str, tenant: str, *, replace: bool) -> str:
+    async with aiohttp.ClientSession() as session:
+        api = KubeApi.from_environment(session)
+        obj = await api.call(
+            "GET", f"/apis/tokenfleet.io/v1alpha1/namespaces/{namespace}/tenants/{tenant}"
+        )
+        secret_name = obj["spec"]["apiKeySecretRef"]["name"]
+        key = keys.new_key()
+        digest = keys.hash_key(key)
+        entry = {f"key-{digest[7:19]}": base64.b64encode(digest.encode()).decode()}
+        path = f"/api/v1/namespaces/{namespace}/secrets/{secret_name}"
+        try:
+            existing = await api.call("GET", path)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            existing = None
+        data = entry if replace or existing is None else {**(existing.get("data") or {}), **entry}
+        metadata: dict[str, Any] = {
+            "name": secret_name,
+            "namespace": namespace,
+            "labels": {KEY_SECRET_LABEL: "true"},
+        }
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": metadata,
+            "data": data,
+        }
+        if existing is None:
+            await api.call("POST", f"/api/v1/namespaces/{namespace}/secrets", body=body)
+        else:  # optimistic concurrency: a concurrent change makes this fail rather than lose a key
+            metadata["resourceVersion"] = existing["metadata"]["resourceVersion"]
+            await api.call("PUT", path, body=body)
+        return key
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="tokenfleet tenant", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    create = sub.add_parser("create-key", help="generate a key, print it once, store its hash")
+    create.add_argument("name", help="the Tenant")
+    create.add_argument("--namespace", "-n", default="default")
+    create.add_argument("--replace", action="store_true", help="revoke the tenant's other keys")
+    args = parser.parse_args(argv)
+    try:
+        key = asyncio.run(create_key(args.namespace, args.name, replace=args.replace))
+    except ApiError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(key)
+    print(
+        f"stored the hash for tenant {args.namespace}/{args.name}; this key is not shown again",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,16 @@
+"""The gateway's Prometheus metric names: the autoscaler and dashboards read these."""
+
+from __future__ import annotations
+
+REQUESTS = "tokenfleet_gateway_requests_total"  # labels: model, class, outcome, reason
+TTFT = "tokenfleet_gateway_time_to_first_token_seconds"  # model, class
+INTER_TOKEN = "tokenfleet_gateway_inter_token_latency_seconds"  # noqa: S105 - a name, not a secret
+E2E = "tokenfleet_gateway_request_duration_seconds"  # model, class
+QUEUE_DEPTH = "tokenfleet_gateway_queue_depth"  # pool, class
+QUEUE_OLDEST_AGE = "tokenfleet_gateway_queue_oldest_age_seconds"  # pool, class
+QUEUE_WAIT = "tokenfleet_gateway_queue_wait_seconds"  # pool, class (histogram)
+IN_FLIGHT = "tokenfleet_gateway_in_flight_requests"  # pool, class
+PROMPT_TOKENS = "tokenfleet_gateway_prompt_tokens_total"  # tenant, model
+COMPLETION_TOKENS = "tokenfleet_gateway_completion_tokens_total"  # tenant, model
+QUOTA_BACKEND_UP = "tokenfleet_gateway_quota_backend_up"
+ENDPOINTS = "tokenfleet_gateway_ready_endpoints"  # model
