@@ -46,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
         default=int(os.environ.get("TOKENFLEET_GATEWAY_REPLICAS", "1")),
         help="gateway replicas sharing the quotas (sizes fail-open local limits)",
     )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a client may take to send its body before 408",
+    )
+    p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     p.add_argument("--no-access-log", action="store_true")
     return p
 
@@ -94,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         quota_failure=args.quota_failure,
         expected_replicas=args.replicas,
         access_log=not args.no_access_log,
+        body_timeout_seconds=args.body_timeout,
+        max_body_bytes=args.max_body_bytes,
     )
     if not settings.salt_secret:
         logging.warning(

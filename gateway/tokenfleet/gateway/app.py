@@ -222,6 +222,7 @@ class Completion:
     ) -> web.StreamResponse:
         state = self.state
         body = dict(parsed.body)
+        body["model"] = model.name  # aliases are the gateway's business, not the engine's
         body["cache_salt"] = cache_salt(
             secret=state.settings.salt_secret, tenant=tenant.key, group=tenant.cache_group
         )

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -48,6 +49,21 @@ class UpstreamFailed(Exception):
         self.rejected = rejected
 
 
+@contextlib.asynccontextmanager
+async def _closed_unless_finished(upstream: aiohttp.ClientResponse) -> AsyncIterator[None]:
+    """Close the upstream connection unless the answer was read to its end.
+
+    Leaving the ``async with`` only *releases* a connection, and a release can return a
+    half-read stream to the pool: the engine would keep generating (and holding KV cache) for a
+    client that is gone. Closing is what makes vLLM abort the request.
+    """
+    try:
+        yield
+    except BaseException:
+        upstream.close()
+        raise
+
+
 def _usage_of(payload: Any) -> tuple[int | None, int | None]:
     usage = payload.get("usage") if isinstance(payload, dict) else None
     if not isinstance(usage, dict):
@@ -73,7 +89,7 @@ async def forward(
         async with asyncio.timeout(budget):
             async with session.post(
                 url, data=body, headers={"Content-Type": "application/json"}
-            ) as upstream:
+            ) as upstream, _closed_unless_finished(upstream):
                 outcome.status = upstream.status
                 if upstream.status >= 500 or upstream.status == 429:
                     text = (await upstream.read())[:300].decode(errors="replace")

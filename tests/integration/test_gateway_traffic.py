@@ -1,0 +1,285 @@
+"""The gateway under real traffic: token quotas per tenant and across replicas (real Redis),
+priority admission under overload, cancellation on disconnect, broken streams, Redis failures."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import json
+import socket
+import statistics
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.cluster import wait_for
+from support.gateway import (
+    Gateway,
+    Redis,
+    Sim,
+    connections_to,
+    free_port,
+    key_hash,
+    running,
+    start_gateway,
+    start_sim,
+)
+
+KEYS = {
+    name: f"tfk-{name}-" + "0" * 30
+    for name in ("greedy", "calm", "critical", "interactive", "batch", "solo")
+}
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gw-traffic")
+
+
+@pytest.fixture(scope="module")
+def redis(tmp: Path) -> Iterator[Redis]:
+    r = Redis(port=free_port(), log=tmp / "redis.log")
+    r.start()
+    yield r
+    r.kill()
+
+
+@pytest.fixture(scope="module")
+def fast(tmp: Path) -> Iterator[Sim]:
+    s = start_sim(tmp, "m", "--max-num-seqs", "16", "--inter-token-latency", "1ms")
+    yield s
+    s.kill()
+
+
+def tenant(name: str, **spec: Any) -> dict[str, Any]:
+    return {"name": name, "apiKeyHashes": [key_hash(KEYS[name])], "allowedModels": ["*"], **spec}
+
+
+def config(sim: Sim, tenants: list[dict[str, Any]], **pool: Any) -> dict[str, Any]:
+    return {
+        "models": [
+            {
+                "name": sim.model,
+                "endpoints": [sim.url],
+                "maxConcurrency": pool.pop("concurrency", 16),
+            }
+        ],
+        "pools": [{"name": "default", **pool}],
+        "tenants": tenants,
+    }
+
+
+def call(
+    gateway: Gateway,
+    key: str,
+    *,
+    max_tokens: int = 20,
+    stream: bool = False,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, Any], dict[str, str], float]:
+    start = time.monotonic()
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=60)
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hello " * 8}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    }
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        body=json.dumps(body),
+        headers={
+            "Authorization": f"Bearer {key}",
+            "Content-Type": "application/json",
+            **(headers or {}),
+        },
+    )
+    r = conn.getresponse()
+    raw = r.read()
+    conn.close()
+    payload = json.loads(raw) if not stream or r.status != 200 else {"raw": raw.decode()}
+    return r.status, payload, dict(r.getheaders()), time.monotonic() - start
+
+
+def test_one_tenant_over_its_token_quota_does_not_touch_the_other(
+    tmp: Path, redis: Redis, fast: Sim
+) -> None:
+    cfg = config(fast, [tenant("greedy", quotas={"tokensPerMinute": 600}), tenant("calm")])
+    with running(start_gateway(tmp, cfg, "--redis", redis.url)) as g:
+        before = [call(g, KEYS["calm"])[3] for _ in range(15)]
+        greedy = [call(g, KEYS["greedy"], max_tokens=100) for _ in range(12)]
+        during = [call(g, KEYS["calm"]) for _ in range(15)]
+    statuses = [s for s, *_ in greedy]
+    assert statuses[:4] == [200] * 4 and 429 in statuses
+    refused = next(r for r in greedy if r[0] == 429)
+    assert (
+        refused[1]["error"]["code"] == "rate_limit_exceeded" and int(refused[2]["Retry-After"]) >= 1
+    )
+    assert all(s == 200 for s, *_ in during), "the calm tenant was refused"
+    assert statistics.median(r[3] for r in during) < statistics.median(before) * 2 + 0.02
+
+
+def test_two_replicas_enforce_one_combined_quota(tmp: Path, redis: Redis, fast: Sim) -> None:
+    cfg = config(
+        fast, [tenant("solo", quotas={"requestsPerMinute": 10, "tokensPerMinute": 100000})]
+    )
+    first = start_gateway(tmp, cfg, "--redis", redis.url)
+    second = start_gateway(tmp, cfg, "--redis", redis.url)
+    with running(first), running(second):
+        results = [
+            call(first if i % 2 else second, KEYS["solo"], max_tokens=5)[0] for i in range(30)
+        ]
+    counts = Counter(results)
+    # 10 per minute shared by both; at most one more refills during the ~1 s this takes.
+    assert 10 <= counts[200] <= 11, counts
+    assert counts[429] == 30 - counts[200]
+
+
+def test_under_overload_batch_is_shed_first_and_critical_is_served(tmp: Path) -> None:
+    slow = start_sim(
+        tmp,
+        "m",
+        "--max-num-seqs",
+        "2",
+        "--time-to-first-token",
+        "200ms",
+        "--inter-token-latency",
+        "10ms",
+    )
+    classes = [
+        {"name": "critical", "priority": 300, "reservedPercent": 50},
+        {"name": "interactive", "priority": 200, "maxQueueDepth": 20, "maxQueueAgeMs": 8000},
+        {"name": "batch", "priority": 100, "maxQueueDepth": 4, "maxQueueAgeMs": 1500},
+    ]
+    cfg = config(
+        slow,
+        [
+            tenant("critical", priorityClass="critical"),
+            tenant("interactive"),
+            tenant("batch", priorityClass="batch"),
+        ],
+        admission={"classes": classes},
+        concurrency=2,
+    )
+    with running(start_gateway(tmp, cfg)) as g, concurrent.futures.ThreadPoolExecutor(40) as pool:
+        jobs = [("batch", pool.submit(call, g, KEYS["batch"], max_tokens=5)) for _ in range(16)]
+        time.sleep(0.2)
+        jobs += [
+            ("interactive", pool.submit(call, g, KEYS["interactive"], max_tokens=5))
+            for _ in range(8)
+        ]
+        jobs += [
+            ("critical", pool.submit(call, g, KEYS["critical"], max_tokens=5)) for _ in range(4)
+        ]
+        outcome = Counter((cls, job.result()[0]) for cls, job in jobs)
+        metrics = urllib.request.urlopen(g.url + "/metrics").read().decode()
+    slow.kill()
+    assert outcome[("critical", 200)] == 4, outcome
+    assert outcome[("interactive", 200)] == 8, outcome
+    shed = sum(n for (cls, status), n in outcome.items() if cls == "batch" and status in (429, 503))
+    assert shed >= 8, outcome
+    assert (
+        'tokenfleet_gateway_requests_total{class="batch"' in metrics
+        and 'outcome="rejected"' in metrics
+    )
+
+
+def test_disconnect_mid_stream_cancels_upstream_and_releases_the_reservation(
+    tmp: Path, redis: Redis
+) -> None:
+    """Closing the upstream connection is what makes vLLM abort a request and free its KV cache.
+
+    llm-d-inference-sim v0.10.2 does not abort on a closed connection (it drains the remaining
+    tokens at the inter-token pace), so its running gauge cannot show the cancellation; the
+    gateway's side of it — the upstream connection closed at once — is asserted directly.
+    """
+    slow = start_sim(tmp, "m", "--max-num-seqs", "4", "--inter-token-latency", "50ms")
+    cfg = config(slow, [tenant("solo", quotas={"maxConcurrent": 1})], concurrency=4)
+    with running(start_gateway(tmp, cfg, "--redis", redis.url)) as g:
+        conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=10)
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 400,
+            "stream": True,
+        }
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=json.dumps(body),
+            headers={"Authorization": f"Bearer {KEYS['solo']}", "Content-Type": "application/json"},
+        )
+        response = conn.getresponse()
+        assert response.status == 200 and response.read(200)
+        assert slow.metric("vllm:num_requests_running") == 1
+        assert connections_to(slow.port) == 1
+        conn.sock.shutdown(socket.SHUT_RDWR)  # the client walks away mid-stream (close() would
+        conn.close()  # leave the connection open while the response still holds the socket)
+        wait_for(
+            "the gateway to close the upstream connection",
+            lambda: connections_to(slow.port) == 0,
+            timeout=1.0,
+            every=0.02,
+        )
+        status, payload, *_ = call(g, KEYS["solo"], max_tokens=3)
+        assert status == 200, payload  # the concurrency slot came back
+    slow.kill()
+
+
+def test_a_stream_that_breaks_midway_ends_with_an_error_event(tmp: Path) -> None:
+    doomed = start_sim(tmp, "m", "--max-num-seqs", "4", "--inter-token-latency", "100ms")
+    with running(start_gateway(tmp, config(doomed, [tenant("solo")]))) as g:
+        conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=10)
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 200,
+            "stream": True,
+        }
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=json.dumps(body),
+            headers={"Authorization": f"Bearer {KEYS['solo']}", "Content-Type": "application/json"},
+        )
+        response = conn.getresponse()
+        first = response.read(100)
+        assert first.startswith(b"data: ")
+        doomed.kill()
+        rest = response.read().decode()
+    assert '"error"' in rest and "upstream_error" in rest
+    assert "[DONE]" not in rest
+
+
+@pytest.mark.parametrize("policy", ["open", "closed"])
+def test_redis_down_the_configured_policy_holds_and_shows(
+    tmp: Path, fast: Sim, policy: str
+) -> None:
+    own = Redis(port=free_port(), log=tmp / f"redis-{policy}.log")
+    own.start()
+    cfg = config(fast, [tenant("solo", quotas={"requestsPerMinute": 1000})])
+    with running(start_gateway(tmp, cfg, "--redis", own.url, "--quota-failure", policy)) as g:
+        assert call(g, KEYS["solo"])[0] == 200
+        own.kill()
+        status, payload, headers, _ = call(g, KEYS["solo"])
+        ready_status, ready = g.get("/readyz")
+        metrics = g.get("/metrics")[1]
+        if policy == "open":
+            assert status == 200
+            assert ready_status == 200 and json.loads(ready)["quota_mode"] == "fail-open"
+        else:
+            assert status == 503 and payload["error"]["code"] == "quota_backend_unavailable"
+            assert "Retry-After" in headers
+            assert ready_status == 503 and json.loads(ready)["checks"]["quota_backend"] is False
+        assert "tokenfleet_gateway_quota_backend_up 0.0" in metrics
+        own.start()
+        time.sleep(2.1)  # the store retries Redis every 2 s
+        assert call(g, KEYS["solo"])[0] == 200
+        assert "tokenfleet_gateway_quota_backend_up 1.0" in g.get("/metrics")[1]
+    own.kill()

@@ -1,0 +1,197 @@
+"""Real parts for gateway tests: redis-server, simulated vLLM servers, gateway processes."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from support.cluster import BIN_DIR, REPO, wait_for
+from tokenfleet.devstack.processes import _die_with_parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            cwd=REPO,
+            preexec_fn=_die_with_parent,
+        )
+
+
+def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def connections_to(port: int) -> int:
+    """ESTABLISHED TCP connections whose remote end is 127.0.0.1:``port`` (from /proc)."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote, state = fields[2], fields[3]
+        if state == "01" and int(remote.split(":")[1], 16) == port:
+            count += 1
+    return count
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclasses.dataclass(kw_only=True)
+class Redis:
+    port: int
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = spawn(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            self.log,
+        )
+        wait_for("redis to listen", lambda: listening(self.port), timeout=20)
+
+    def kill(self) -> None:
+        if self.process is not None:
+            stop(self.process, signal.SIGKILL)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Sim:
+    port: int
+    model: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def kill(self) -> None:
+        """Simulators are stateless; SIGTERM would wait for abandoned generations to drain."""
+        stop(self.process, signal.SIGKILL)
+
+    def metric(self, name: str) -> float:
+        text = urllib.request.urlopen(f"{self.url}/metrics", timeout=5).read().decode()
+        for line in text.splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+        raise AssertionError(f"{name} not in /metrics")
+
+
+def start_sim(tmp: Path, model: str, *args: str) -> Sim:
+    port = free_port()
+    log = tmp / f"sim-{model}-{port}.log"
+    process = spawn(
+        [
+            str(BIN_DIR / "llm-d-inference-sim"),
+            "--port",
+            str(port),
+            "--model",
+            model,
+            "--force-dummy-tokenizer",
+            *args,
+        ],
+        log,
+        env={"POD_IP": "127.0.0.1"},
+    )
+    sim = Sim(port=port, model=model, process=process, log=log)
+    wait_for(f"simulator {model} on {port}", lambda: listening(port), timeout=30)
+    return sim
+
+
+def key_hash(key: str) -> str:
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclasses.dataclass(kw_only=True)
+class Gateway:
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+
+def start_gateway(
+    tmp: Path,
+    config: dict[str, Any] | None,
+    *args: str,
+    env: dict[str, str] | None = None,
+    ready: bool = True,
+) -> Gateway:
+    port = free_port()
+    argv = [sys.executable, "-m", "tokenfleet.gateway", "--port", str(port), *args]
+    if config is not None:
+        path = tmp / f"gateway-{port}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        argv += ["--config", str(path)]
+    log = tmp / f"gateway-{port}.log"
+    process = spawn(argv, log, env={"TOKENFLEET_SALT_SECRET": "test-salt-secret", **(env or {})})
+    gateway = Gateway(port=port, process=process, log=log)
+    wait_for(
+        "the gateway to listen", lambda: listening(port) or process.poll() is not None, timeout=30
+    )
+    assert process.poll() is None, log.read_text()[-2000:]
+    if ready:
+        wait_for("the gateway to be ready", lambda: gateway.get("/readyz")[0] == 200, timeout=60)
+    return gateway
+
+
+@contextlib.contextmanager
+def running(gateway: Gateway) -> Iterator[Gateway]:
+    try:
+        yield gateway
+    finally:
+        stop(gateway.process)

@@ -1,0 +1,163 @@
+"""Admission as tables: start, queue or refuse; reserved shares; deadline feasibility; expiry;
+who starts next; the degraded max_tokens cap; the service-rate estimate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tokenfleet.gateway.policy import admission
+from tokenfleet.gateway.policy.admission import ClassPolicy, Enqueue, PoolLoad, Start, Waiting
+from tokenfleet.gateway.policy.rejections import Reason, Rejected
+
+
+def cls(name: str, priority: int, **kw: Any) -> ClassPolicy:
+    base: dict[str, Any] = dict(max_queue_depth=3, max_queue_age=5.0, default_deadline=30.0)
+    return ClassPolicy(name=name, priority=priority, **{**base, **kw})
+
+
+POLICIES = {
+    "critical": cls("critical", 300, reserved_share=0.25),
+    "interactive": cls("interactive", 200),
+    "batch": cls("batch", 100, max_queue_age=2.0, degraded_max_tokens=64),
+}
+
+
+def w(ticket: int, c: str, at: float = 0.0, deadline: float = 100.0) -> Waiting:
+    return Waiting(ticket=ticket, cls=c, enqueued_at=at, deadline=deadline)
+
+
+def load(
+    capacity: int = 4, rate: float = 0.0, queued: list[Waiting] | None = None, **in_flight: int
+) -> PoolLoad:
+    return PoolLoad(capacity=capacity, in_flight=in_flight, queued=queued or [], service_rate=rate)
+
+
+@pytest.mark.parametrize(
+    ("the_load", "c", "deadline", "expected"),
+    [
+        pytest.param(load(), "batch", 100, Start(), id="idle-starts"),
+        pytest.param(load(interactive=2), "interactive", 100, Start(), id="shared-slot-left"),
+        pytest.param(
+            load(interactive=3), "interactive", 100, Enqueue(0.0), id="shared-full-queues"
+        ),
+        pytest.param(load(interactive=3), "critical", 100, Start(), id="critical-uses-its-reserve"),
+        pytest.param(
+            load(interactive=3, critical=1), "critical", 100, Enqueue(0.0), id="reserve-used-up"
+        ),
+        pytest.param(
+            load(queued=[w(1, "interactive")]),
+            "interactive",
+            100,
+            Enqueue(0.0),
+            id="no-overtaking-same-class",
+        ),
+        pytest.param(
+            load(queued=[w(1, "batch")]), "interactive", 100, Start(), id="overtakes-lower-class"
+        ),
+        pytest.param(
+            load(interactive=3, rate=2.0), "interactive", 100, Enqueue(0.5), id="estimate-from-rate"
+        ),
+        pytest.param(
+            load(interactive=3, rate=0.1, queued=[w(1, "interactive")]),
+            "interactive",
+            10,
+            Reason.DEADLINE_UNMEETABLE,
+            id="deadline-unmeetable",
+        ),
+        pytest.param(
+            load(interactive=3, rate=0.4),
+            "batch",
+            100,
+            Reason.DEADLINE_UNMEETABLE,
+            id="beyond-max-queue-age",
+        ),
+        pytest.param(
+            load(interactive=3, queued=[w(i, "batch") for i in range(3)]),
+            "batch",
+            100,
+            Reason.QUEUE_FULL,
+            id="queue-full",
+        ),
+        pytest.param(load(capacity=0), "interactive", 100, Enqueue(0.0), id="no-capacity-waits"),
+    ],
+)
+def test_admit(the_load: PoolLoad, c: str, deadline: float, expected: Any) -> None:
+    got = admission.admit(policies=POLICIES, load=the_load, cls=c, now=0.0, deadline=deadline)
+    if isinstance(expected, Reason):
+        assert isinstance(got, Rejected) and got.reason == expected
+        assert got.retry_after is not None and got.retry_after > 0
+    else:
+        assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("the_load", "expected"),
+    [
+        pytest.param(
+            load(interactive=3, queued=[w(1, "batch"), w(2, "interactive", at=1)]),
+            None,
+            id="full-nobody-starts",
+        ),
+        pytest.param(
+            load(interactive=2, queued=[w(1, "batch"), w(2, "interactive", at=1)]),
+            2,
+            id="higher-class-first",
+        ),
+        pytest.param(
+            load(interactive=2, queued=[w(1, "interactive", at=2), w(2, "interactive", at=1)]),
+            2,
+            id="oldest-first",
+        ),
+        pytest.param(
+            load(interactive=3, queued=[w(1, "interactive"), w(2, "critical", at=5)]),
+            2,
+            id="critical-into-reserve",
+        ),
+        pytest.param(
+            load(interactive=3, critical=1, queued=[w(1, "critical")]), None, id="all-used"
+        ),
+        pytest.param(load(queued=[]), None, id="empty"),
+    ],
+)
+def test_next_up(the_load: PoolLoad, expected: int | None) -> None:
+    got = admission.next_up(policies=POLICIES, load=the_load)
+    assert (got.ticket if got else None) == expected
+
+
+def test_expire_by_max_age_then_deadline() -> None:
+    queued = [
+        w(1, "batch", at=0.0),
+        w(2, "interactive", at=0.0, deadline=3.0),
+        w(3, "interactive", at=2.5),
+    ]
+    gone = admission.expire(policies=POLICIES, queued=queued, now=3.0)
+    assert [(x.ticket, r.reason) for x, r in gone] == [
+        (1, Reason.QUEUE_TIMEOUT),
+        (2, Reason.DEADLINE_EXCEEDED),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("the_load", "c", "requested", "expected"),
+    [
+        pytest.param(load(), "batch", 500, 500, id="calm"),
+        pytest.param(load(interactive=4), "batch", 500, 64, id="saturated-caps"),
+        pytest.param(load(queued=[w(1, "batch")]), "batch", 500, 64, id="queue-caps"),
+        pytest.param(load(queued=[w(1, "batch")]), "batch", 10, 10, id="below-cap"),
+        pytest.param(
+            load(interactive=4), "interactive", 500, 500, id="class-without-degraded-mode"
+        ),
+    ],
+)
+def test_degraded_max_tokens(the_load: PoolLoad, c: str, requested: int, expected: int) -> None:
+    assert admission.max_tokens(policy=POLICIES[c], load=the_load, requested=requested) == expected
+
+
+def test_service_rate_converges_and_ignores_zero_intervals() -> None:
+    rate = 0.0
+    for _ in range(50):
+        rate = admission.ewma_rate(rate, 10, 1.0)
+    assert 9.5 < rate <= 10.0
+    assert admission.ewma_rate(rate, 5, 0.0) == rate
