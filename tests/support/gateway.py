@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import os
 import signal
 import socket
 import subprocess
@@ -17,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from support.cluster import BIN_DIR, REPO, wait_for
-from tokenfleet.devstack.processes import _die_with_parent
+from support.cluster import BIN_DIR, wait_for
+from tokenfleet.devstack import processes
 
 
 def free_port() -> int:
@@ -28,16 +27,8 @@ def free_port() -> int:
 
 
 def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            argv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
-            cwd=REPO,
-            preexec_fn=_die_with_parent,
-        )
+    """A child that dies with the test process, as the local stack starts its own."""
+    return processes.spawn(Path(argv[0]).name, argv, log=log, env=env).popen
 
 
 def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
