@@ -27,6 +27,12 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello world"}]}
             id="bad-role",
         ),
         pytest.param(
+            {**CHAT, "messages": [{"role": []}]}, "messages[0].role", id="unhashable-role"
+        ),
+        pytest.param(
+            {**CHAT, "messages": [{"role": {"a": 1}}]}, "messages[0].role", id="object-role"
+        ),
+        pytest.param(
             {**CHAT, "messages": [{"role": "user", "content": 5}]},
             "messages[0].content",
             id="bad-content",

@@ -62,7 +62,8 @@ def _messages(messages: Any) -> tuple[int, str] | Rejected:
         return _bad("'messages' must be a non-empty array of messages", "messages")
     chars, pieces = 0, []
     for i, message in enumerate(messages):
-        if not isinstance(message, Mapping) or message.get("role") not in ROLES:
+        role = message.get("role") if isinstance(message, Mapping) else None
+        if not isinstance(role, str) or role not in ROLES:  # a list would not even hash
             return _bad(
                 f"messages[{i}] needs a 'role' of {', '.join(sorted(ROLES))}", f"messages[{i}].role"
             )
