@@ -283,3 +283,40 @@ def test_redis_down_the_configured_policy_holds_and_shows(
         assert call(g, KEYS["solo"])[0] == 200
         assert "tokenfleet_gateway_quota_backend_up 1.0" in g.get("/metrics")[1]
     own.kill()
+
+
+def test_workers_share_the_port_and_their_metrics(tmp: Path, fast: Sim) -> None:
+    with running(start_gateway(tmp, config(fast, [tenant("solo")]), "--workers", "2")) as g:
+        assert sum(1 for _ in range(40) if call(g, KEYS["solo"], max_tokens=2)[0] == 200) == 40
+        children = Path(f"/proc/{g.process.pid}/task/{g.process.pid}/children").read_text().split()
+        assert len(children) == 2  # two worker processes behind one port
+        served = 0.0
+        for line in g.get("/metrics")[1].splitlines():
+            if line.startswith("tokenfleet_gateway_requests_total{") and 'outcome="served"' in line:
+                served += float(line.rsplit(" ", 1)[1])
+        assert served == 40  # whichever worker answers /metrics counts both workers' requests
+
+
+def test_sigterm_drains_in_flight_streams(tmp: Path) -> None:
+    slowish = start_sim(tmp, "m", "--max-num-seqs", "4", "--inter-token-latency", "30ms")
+    g = start_gateway(tmp, config(slowish, [tenant("solo")]))
+    conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=20)
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 30,
+        "stream": True,
+    }
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        body=json.dumps(body),
+        headers={"Authorization": f"Bearer {KEYS['solo']}", "Content-Type": "application/json"},
+    )
+    response = conn.getresponse()
+    assert response.read(50)
+    g.process.send_signal(15)
+    rest = response.read().decode()
+    assert "[DONE]" in rest and '"error"' not in rest  # the stream finished during the drain
+    assert g.process.wait(timeout=30) == 0
+    slowish.kill()

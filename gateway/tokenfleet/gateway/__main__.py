@@ -15,12 +15,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from aiohttp import web
-
-from tokenfleet.gateway import app as gateway_app
-from tokenfleet.gateway import discovery
 from tokenfleet.gateway.config import Settings, StaticConfig
-from tokenfleet.gateway.state import STATE
+
+# Nothing here may import prometheus_client at module level: it chooses between in-memory and
+# multiprocess values when first imported, and --workers must set PROMETHEUS_MULTIPROC_DIR first.
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
 def serve(settings: Settings, config: StaticConfig | None) -> None:
     """One worker process: the app on a SO_REUSEPORT socket until SIGTERM, then drain."""
     import uvloop
+    from aiohttp import web
+
+    from tokenfleet.gateway import app as gateway_app
+    from tokenfleet.gateway import discovery
+    from tokenfleet.gateway.state import STATE
 
     application = gateway_app.create_app(settings)
     source = discovery.static_source(config) if config else discovery.kubernetes_source()
@@ -130,8 +133,11 @@ def main(argv: list[str] | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
+    from prometheus_client import multiprocess
+
     for pid in children:
         os.waitpid(pid, 0)
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]  # its gauges stop counting
     return 0
 
 

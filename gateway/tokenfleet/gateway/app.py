@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import uuid
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
 from tokenfleet.gateway import keys, proxy
 from tokenfleet.gateway.catalog import Catalog, Model, Pool, Tenant
@@ -121,7 +122,7 @@ class Completion:
             return self.refuse(parsed)
         self.log["model"] = parsed.model
         model = catalog.models.get(parsed.model)
-        if model is None or not tenant.may_use(parsed.model):
+        if model is None or not tenant.may_use(parsed.model, model):
             known = model is not None or parsed.model in catalog.endpoints.models()
             reason = Reason.MODEL_NOT_ALLOWED if known else Reason.MODEL_NOT_FOUND
             verb = "is not available to you" if known else "does not exist"
@@ -334,12 +335,29 @@ class Completion:
             access_log.info(json.dumps(self.log, separators=(",", ":")))
 
 
+async def _completion(request: web.Request, kind: requests.Kind) -> web.StreamResponse:
+    completion = Completion(request, kind)
+    try:
+        return await completion.run()
+    except (asyncio.CancelledError, ConnectionResetError):
+        # The client went away (or we are shutting down): upstream is already closed.
+        completion.log.update(outcome="cancelled", reason="client_disconnected")
+        completion.state.metrics.requests.labels(
+            str(completion.log.get("model", "")),
+            str(completion.log.get("class", "")),
+            "cancelled",
+            "client_disconnected",
+        ).inc()
+        completion.write_log()
+        raise
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await Completion(request, "chat").run()
+    return await _completion(request, "chat")
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    return await Completion(request, "completion").run()
+    return await _completion(request, "completion")
 
 
 async def list_models(request: web.Request) -> web.Response:
@@ -347,7 +365,7 @@ async def list_models(request: web.Request) -> web.Response:
     tenant = authenticate(state.catalog, request.headers.get("Authorization"))
     if isinstance(tenant, Rejected):
         return reject(tenant)
-    names = sorted(n for n in state.catalog.models if tenant.may_use(n))
+    names = sorted(n for n, m in state.catalog.models.items() if tenant.may_use(n, m))
     data = [{"id": n, "object": "model", "created": 0, "owned_by": "tokenfleet"} for n in names]
     return web.json_response({"object": "list", "data": data})
 
@@ -380,8 +398,12 @@ async def readyz(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
     state.metrics.quota_backend_up.set(1 if state.quotas.healthy else 0)
+    registry = state.metrics.registry
+    if "PROMETHEUS_MULTIPROC_DIR" in os.environ:  # several workers: add up every process's files
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     return web.Response(
-        body=generate_latest(state.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
     )
 
 

@@ -51,8 +51,10 @@ class Tenant:
     cache_group: str = ""
     max_tokens_cap: int | None = None
 
-    def may_use(self, model: str) -> bool:
-        return "*" in self.allowed_models or model in self.allowed_models
+    def may_use(self, name: str, model: Model | None = None) -> bool:
+        """Whether the tenant may call ``name``; an alias is allowed when its model is."""
+        allowed = self.allowed_models
+        return "*" in allowed or name in allowed or (model is not None and model.name in allowed)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -87,9 +87,12 @@ async def forward(
     budget = max(0.001, deadline - time.monotonic())
     try:
         async with asyncio.timeout(budget):
-            async with session.post(
-                url, data=body, headers={"Content-Type": "application/json"}
-            ) as upstream, _closed_unless_finished(upstream):
+            async with (
+                session.post(
+                    url, data=body, headers={"Content-Type": "application/json"}
+                ) as upstream,
+                _closed_unless_finished(upstream),
+            ):
                 outcome.status = upstream.status
                 if upstream.status >= 500 or upstream.status == 429:
                     text = (await upstream.read())[:300].decode(errors="replace")

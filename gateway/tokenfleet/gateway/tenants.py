@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import base64
 import sys
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -19,9 +20,16 @@ from tokenfleet.gateway.discovery import KEY_SECRET_LABEL
 from tokenfleet.kubeapi import ApiError, KubeApi
 
 
-async def create_key(namespace: str, tenant: str, *, replace: bool) -> str:
+async def create_key(
+    namespace: str, tenant: str, *, replace: bool, kubeconfig: Path | None = None
+) -> str:
+    """Make a key for ``tenant``, store its hash, return the key (the only copy)."""
     async with aiohttp.ClientSession() as session:
-        api = KubeApi.from_environment(session)
+        if kubeconfig is None:
+            api = KubeApi.from_environment(session)
+        else:
+            server, token = KubeApi.kubeconfig_credentials(kubeconfig)
+            api = KubeApi(server=server, token=token, session=session)
         obj = await api.call(
             "GET", f"/apis/tokenfleet.io/v1alpha1/namespaces/{namespace}/tenants/{tenant}"
         )
