@@ -4,6 +4,7 @@ in namespaces. The session fails — never skips — if the stack cannot start."
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from support.cluster import Cluster, namespace, start_stack, stop_stack
+from support.operator import running_operator, service_account_kubeconfig
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +34,18 @@ def ns(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return service_account_kubeconfig(cluster, tmp_path_factory.mktemp("op") / "kubeconfig")
+
+
+@pytest.fixture(scope="session")
+def operator(
+    operator_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[subprocess.Popen[bytes]]:
+    log = tmp_path_factory.mktemp("oplog") / "operator.log"
+    with running_operator(operator_kubeconfig, log) as process:
+        yield process
+    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]

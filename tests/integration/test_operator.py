@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import collections
 import signal
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,25 +18,10 @@ import pytest
 
 from support.cluster import Cluster, wait_for
 from support.objects import manifest
-from support.operator import SA, SA_NAMESPACE, running_operator, service_account_kubeconfig
+from support.operator import SA, SA_NAMESPACE, running_operator
 from tokenfleet.api import labels
 
 ZONES = ["zone-a", "zone-b", "zone-c"]
-
-
-@pytest.fixture(scope="module")
-def operator_kubeconfig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return service_account_kubeconfig(cluster, tmp_path_factory.mktemp("op") / "kubeconfig")
-
-
-@pytest.fixture(scope="module")
-def operator(
-    operator_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[subprocess.Popen[bytes]]:
-    log = tmp_path_factory.mktemp("oplog") / "operator.log"
-    with running_operator(operator_kubeconfig, log) as process:
-        yield process
-    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
 
 
 def pool(name: str, ns: str, **spec: Any) -> dict[str, Any]:

@@ -16,11 +16,19 @@ from support.cluster import REPO, Cluster
 SA, SA_NAMESPACE = "tokenfleet-operator", "tokenfleet-system"
 
 
-def service_account_kubeconfig(cluster: Cluster, path: Path) -> Path:
-    """Install manifests/operator and write a kubeconfig holding the operator's own token."""
-    cluster.kubectl("apply", "-k", str(REPO / "manifests" / "operator"))
+def service_account_kubeconfig(
+    cluster: Cluster, path: Path, *, component: str = "operator", account: str = SA
+) -> Path:
+    """Install manifests/<component>'s RBAC; write a kubeconfig holding its account's token."""
+    if component == "operator":
+        cluster.kubectl("apply", "-k", str(REPO / "manifests" / "operator"))
+    else:  # the RBAC alone: its Deployment's image cannot run on simulated nodes anyway
+        cluster.kubectl(
+            "apply", "-f", str(REPO / "manifests" / "base" / "namespace" / "namespace.yaml")
+        )
+        cluster.kubectl("apply", "-f", str(REPO / "manifests" / component / "rbac.yaml"))
     token = cluster.kubectl(
-        "create", "token", SA, "-n", SA_NAMESPACE, "--duration=4h"
+        "create", "token", account, "-n", SA_NAMESPACE, "--duration=4h"
     ).stdout.strip()
     admin = yaml.safe_load(cluster.kubeconfig.read_text())
     admin["users"] = [{"name": "tokenfleet-admin", "user": {"token": token}}]

@@ -1,0 +1,189 @@
+"""The gateway in Kubernetes mode, with its own least-privilege account: tenants and key hashes
+from CRDs and Secrets (made by `tokenfleet tenant create-key`), endpoints from the operator's
+worker pods, key rotation and revocation, and the manifests accepted by the API server."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from support.cluster import REPO, Cluster, wait_for
+from support.gateway import Gateway, running, start_gateway
+from support.objects import manifest
+from support.operator import SA_NAMESPACE, service_account_kubeconfig
+from tokenfleet.api import labels
+
+
+@pytest.fixture(scope="module")
+def gateway_kubeconfig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return service_account_kubeconfig(
+        cluster,
+        tmp_path_factory.mktemp("gw") / "kubeconfig",
+        component="gateway",
+        account="tokenfleet-gateway",
+    )
+
+
+def create_key(cluster: Cluster, ns: str, tenant: str, *extra: str) -> str:
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "tokenfleet"),
+            "tenant",
+            "create-key",
+            tenant,
+            "-n",
+            ns,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        cwd=REPO,
+        check=True,
+    )
+    assert "not shown again" in done.stderr
+    return done.stdout.strip()
+
+
+def deploy(cluster: Cluster, ns: str) -> None:
+    cluster.apply(
+        manifest(
+            "InferencePool",
+            "kpool",
+            ns,
+            {"zones": {"names": ["zone-a", "zone-b", "zone-c"]}, "replicas": {"min": 3, "max": 6}},
+        ),
+        manifest(
+            "ModelDeployment",
+            "kmodel",
+            ns,
+            {
+                "model": {"name": "kube-model", "aliases": ["kube"]},
+                "pools": ["kpool"],
+                "artifact": {
+                    "uri": "file:///m",
+                    "digest": "sha256:" + "e" * 64,
+                    "trust": {"publicKey": {"name": "k"}},
+                },
+            },
+        ),
+        manifest(
+            "Tenant",
+            "team",
+            ns,
+            {"apiKeySecretRef": {"name": "team-keys"}, "allowedModels": ["kube-model"]},
+        ),
+    )
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, gateway_kubeconfig: Path, operator: Any) -> Iterator[Gateway]:
+    env = {"KUBECONFIG": str(gateway_kubeconfig)}
+    with running(start_gateway(tmp_path, None, env=env, ready=False)) as g:
+        yield g
+
+
+def endpoints_metric(g: Gateway, model: str) -> float:
+    for line in g.get("/metrics")[1].splitlines():
+        if line.startswith(f'tokenfleet_gateway_ready_endpoints{{model="{model}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    return -1.0
+
+
+def test_gateway_serves_tenants_and_pods_from_the_cluster(
+    cluster: Cluster, ns: str, gateway: Gateway
+) -> None:
+    deploy(cluster, ns)
+    key = create_key(cluster, ns, "team")
+    secret = cluster.get("secret", "team-keys", "-n", ns)
+    assert secret["metadata"]["labels"]["tokenfleet.io/api-keys"] == "true"
+    stored = [base64.b64decode(v).decode() for v in secret["data"].values()]
+    assert all(v.startswith("sha256:") for v in stored) and key not in str(secret)
+    wait_for("3 endpoints", lambda: endpoints_metric(gateway, "kube-model") == 3, timeout=90)
+    wait_for("ready", lambda: gateway.get("/readyz")[0] == 200, timeout=30)
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    wait_for("the key to be known", lambda: _works(client), timeout=20)
+    raw = client.chat.completions.with_raw_response.create(
+        model="kube", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+    )
+    assert raw.headers["X-TokenFleet-Model"] == "kube-model" and raw.parse().choices
+    assert "kube-model" in [m.id for m in client.models.list()]
+
+    pods = cluster.get("pods", "-n", ns, "-l", f"{labels.POOL}=kpool")["items"]
+    cluster.kubectl("delete", "pod", pods[0]["metadata"]["name"], "-n", ns, "--wait=false")
+    wait_for(
+        "the deleted pod to leave the snapshot",
+        lambda: endpoints_metric(gateway, "kube-model") == 2,
+        timeout=20,
+        every=0.05,
+    )
+    wait_for(
+        "its replacement to join", lambda: endpoints_metric(gateway, "kube-model") == 3, timeout=60
+    )
+    for _ in range(6):  # no request reaches a pod that is gone
+        assert client.chat.completions.create(
+            model="kube-model", messages=[{"role": "user", "content": "x"}], max_tokens=2
+        ).choices
+    log = gateway.log.read_text()
+    assert key not in log and "Traceback" not in log
+
+
+def _works(client: openai.OpenAI) -> bool:
+    try:
+        client.models.list()
+    except openai.AuthenticationError:
+        return False
+    return True
+
+
+def test_keys_rotate_and_revoke(cluster: Cluster, ns: str, gateway: Gateway) -> None:
+    deploy(cluster, ns)
+    old = create_key(cluster, ns, "team")
+    new = create_key(cluster, ns, "team")
+    clients = {
+        k: openai.OpenAI(base_url=gateway.url + "/v1", api_key=k, max_retries=0) for k in (old, new)
+    }
+    wait_for("both keys to work", lambda: all(_works(c) for c in clients.values()), timeout=30)
+    newest = create_key(cluster, ns, "team", "--replace")
+    wait_for(
+        "the old keys to be revoked",
+        lambda: not _works(clients[old]) and not _works(clients[new]),
+        timeout=20,
+    )
+    assert wait_for(
+        "the newest key",
+        lambda: _works(openai.OpenAI(base_url=gateway.url + "/v1", api_key=newest, max_retries=0)),
+    )
+
+
+def test_gateway_account_is_read_only(cluster: Cluster, gateway_kubeconfig: Path) -> None:
+    who = f"system:serviceaccount:{SA_NAMESPACE}:tokenfleet-gateway"
+    for verb, resource, allowed in [
+        ("watch", "tenants.tokenfleet.io", "yes"),
+        ("list", "pods", "yes"),
+        ("create", "secrets", "no"),
+        ("delete", "pods", "no"),
+        ("patch", "inferencepools.tokenfleet.io", "no"),
+    ]:
+        answer = cluster.kubectl(
+            "auth", "can-i", verb, resource, "--as", who, "-A", check=False
+        ).stdout.strip()
+        assert answer == allowed, (verb, resource)
+
+
+def test_manifests_are_accepted_by_the_api_server(cluster: Cluster) -> None:
+    cluster.kubectl(
+        "apply", "-f", str(REPO / "manifests" / "base" / "namespace" / "namespace.yaml")
+    )
+    for folder in ("operator", "gateway"):
+        done = cluster.kubectl(
+            "apply", "--dry-run=server", "-k", str(REPO / "manifests" / folder), check=False
+        )
+        assert done.returncode == 0, done.stderr
