@@ -17,6 +17,7 @@ help:
 	@echo "make test    lint + the full test suite against the real local control plane"
 	@echo "make lint    ruff, mypy --strict, import-linter"
 	@echo "make crds    re-render crds/ from tokenfleet.api"
+	@echo "make bench   benchmarks (figures, side by side with peers)"
 	@echo "make clean   stop and remove .tokenfleet/ state (keeps the binary cache)"
 
 preflight:
@@ -57,6 +58,10 @@ integration: $(VENV)/.installed binaries
 
 test: lint binaries
 	$(PY) -m pytest tests
+
+# Benchmarks print figures side by side; they assert nothing and are not part of make test.
+bench: $(VENV)/.installed binaries
+	$(PY) bench/operator_scale.py
 
 crds: $(VENV)/.installed
 	$(PY) -m tokenfleet.api.crd --write crds

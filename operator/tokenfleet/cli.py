@@ -48,3 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         return crds(rest)
     print(f"tokenfleet: unknown command {command!r}\n{USAGE}", file=sys.stderr)
     return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

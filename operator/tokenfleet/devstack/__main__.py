@@ -47,6 +47,7 @@ def _options(args: argparse.Namespace) -> stack.Options:
     )
     return stack.Options(
         operator=args.operator,
+        platform=args.platform,
         state_dir=args.state_dir.resolve(),
         bin_dir=args.bin_dir.resolve(),
         ports=ports,
@@ -67,6 +68,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _usage(state_dir: Path, info: dict[str, Any], bin_dir: Path) -> str:
     running = ", ".join(info.get("children", {}))
+    gateway_port = info.get("ports", {}).get("gateway", 8080)
     return f"""
 TokenFleet local platform is up: a real Kubernetes control plane with simulated GPU nodes
 (ready in {info.get("startSeconds")} s; pid {info.get("pid")}; running: {running}).
@@ -79,6 +81,12 @@ TokenFleet local platform is up: a real Kubernetes control plane with simulated 
                 -f examples/03-two-tenants/
   kubectl get tokenfleet             # every TokenFleet resource with its printer columns
   kubectl explain inferencepool.spec
+
+The gateway (OpenAI-compatible) is on http://127.0.0.1:{gateway_port}, with a dev tenant's key:
+
+  curl http://127.0.0.1:{gateway_port}/v1/chat/completions \\
+    -H "Authorization: Bearer $(cat {state_dir}/dev-api-key)" -H "Content-Type: application/json" \\
+    -d '{{"model": "llama-3.1-8b-instruct", "messages": [{{"role": "user", "content": "Hello"}}]}}'
 
 Logs: {state_dir}/logs/   Stop everything: make down
 """
@@ -115,6 +123,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         "--pod-octet",
         str(args.pod_octet),
         "--operator" if args.operator else "--no-operator",
+        "--platform" if args.platform else "--no-platform",
     ]
     with log_file.open("ab") as out:
         child = subprocess.Popen(
@@ -126,7 +135,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         )
     print(
         "starting etcd, kube-apiserver, controller-manager, scheduler, kwok, node agent"
-        + (", operator" if args.operator else ""),
+        + (", operator" if args.operator or args.platform else "")
+        + (", redis, gateway" if args.platform else ""),
         end="",
         flush=True,
     )
@@ -195,6 +205,12 @@ def main(argv: list[str] | None = None) -> int:
             action=argparse.BooleanOptionalAction,
             default=name == "up",
             help="also run the TokenFleet operator (default for up; tests run their own)",
+        )
+        p.add_argument(
+            "--platform",
+            action=argparse.BooleanOptionalAction,
+            default=name == "up",
+            help="also Redis, the gateway, a dev tenant and the examples (default for up)",
         )
         p.add_argument("--nodes-per-zone", type=int, default=2)
         p.add_argument(

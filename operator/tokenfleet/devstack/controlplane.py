@@ -21,6 +21,8 @@ class Ports:
     controller_manager: int
     scheduler: int
     kwok: int
+    redis: int
+    gateway: int
 
     def shifted(self, offset: int) -> Ports:
         """Every port moved by ``offset`` (to run beside another stack)."""
@@ -39,6 +41,8 @@ DEFAULT_PORTS = Ports(
     controller_manager=10257,
     scheduler=10259,
     kwok=10247,
+    redis=26379,
+    gateway=8080,
 )
 
 

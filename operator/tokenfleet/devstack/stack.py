@@ -26,7 +26,7 @@ from typing import IO, Any
 
 import aiohttp
 
-from tokenfleet.devstack import controlplane, nodes, pki, processes
+from tokenfleet.devstack import controlplane, nodes, pki, platform, processes
 from tokenfleet.devstack.controlplane import Files, Ports
 from tokenfleet.devstack.kwokstages import STAGES
 from tokenfleet.devstack.nodeagent import NodeAgent
@@ -51,7 +51,8 @@ class Options:
     ports: Ports | None = None  # None: pick free ports (tests)
     shape: nodes.NodeShape = dataclasses.field(default_factory=nodes.NodeShape)
     crds_dir: Path = REPO / "crds"
-    operator: bool = False  # also run the TokenFleet operator (make up does; tests run their own)
+    operator: bool = False  # also run the TokenFleet operator (tests run their own)
+    platform: bool = False  # also the operator, Redis, the gateway, a dev tenant and the examples
 
 
 def lock_path(state_dir: Path) -> Path:
@@ -187,8 +188,10 @@ class Stack:
                     logs=self.files.logs,
                 )
                 agent_task = asyncio.create_task(agent.run())
-                if self.options.operator:
+                if self.options.operator or self.options.platform:
                     await asyncio.to_thread(self._start_operator)
+                if self.options.platform:
+                    await self._start_platform()
                 self._announce(started)
                 await stop.wait()
                 agent_task.cancel()
@@ -283,10 +286,13 @@ class Stack:
             if done.returncode != 0:
                 raise StackError(f"{' '.join(argv[1:3])} failed: {done.stderr.strip()}")
 
-    def _kubectl(self, *args: str) -> str:
+    def _kubectl(self, *args: str, stdin: str | None = None) -> str:
+        """kubectl as the admin user."""
         argv = [str(self.options.bin_dir / "kubectl"), *args]
         env = {**os.environ, "KUBECONFIG": str(self.files.kubeconfig)}
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            argv, env=env, input=stdin, capture_output=True, text=True, check=False
+        )
         if done.returncode != 0:
             raise StackError(f"kubectl {' '.join(args[:2])} failed: {done.stderr.strip()}")
         return done.stdout
@@ -309,6 +315,48 @@ class Stack:
                 log=self.files.logs / "operator.log",
                 env={"KUBECONFIG": str(config)},
             )
+        )
+
+    def _account_kubeconfig(self, component: str) -> Path:
+        """RBAC of manifests/<component> (not its Deployment: it runs here as a process) and a
+        kubeconfig with that account's token."""
+        self._kubectl("apply", "-k", str(REPO / "manifests" / "base" / "namespace"))
+        self._kubectl("apply", "-f", str(REPO / "manifests" / component / "rbac.yaml"))
+        account = f"tokenfleet-{component}"
+        token = self._kubectl(
+            "create", "token", account, "-n", "tokenfleet-system", "--duration=720h"
+        ).strip()
+        config = self.options.state_dir / f"{component}.kubeconfig"
+        config.write_text(pki.kubeconfig(server=self.server, token=token, user=account))
+        config.chmod(0o600)
+        return config
+
+    async def _start_platform(self) -> None:
+        """Redis, the gateway, the dev tenant with its key, and the examples to call."""
+        redis = processes.spawn(
+            "redis", platform.redis_argv(self.ports.redis), log=self.files.logs / "redis.log"
+        )
+        self._children.append(redis)
+        config = await asyncio.to_thread(self._account_kubeconfig, "gateway")
+        gateway = platform.start_gateway(
+            state_dir=self.options.state_dir,
+            logs=self.files.logs,
+            kubeconfig=config,
+            port=self.ports.gateway,
+            redis_port=self.ports.redis,
+        )
+        self._children.append(gateway)
+        await platform.wait_healthy(f"http://127.0.0.1:{self.ports.gateway}/healthz", gateway)
+        await asyncio.to_thread(self._kubectl, "apply", "-f", "-", stdin=platform.DEV_TENANT_YAML)
+        await platform.ensure_dev_key(self.options.state_dir, self.files.kubeconfig)
+        examples = REPO / "examples"
+        await asyncio.to_thread(
+            self._kubectl,
+            "apply",
+            "-f",
+            str(examples / "01-three-zone-pool"),
+            "-f",
+            str(examples / "02-model-deployment"),
         )
 
     def _announce(self, started: float) -> None:

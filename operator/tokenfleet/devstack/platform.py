@@ -1,0 +1,104 @@
+"""The platform on top of the local cluster: Redis, the gateway, a dev tenant and its key.
+
+Started by `make up` after the control plane and the operator; the gateway runs with the
+least-privilege account of manifests/gateway, exactly as it would in a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shutil
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from tokenfleet.devstack import processes
+
+DEV_TENANT = "dev"
+DEV_NAMESPACE = "default"
+DEV_TENANT_YAML = f"""apiVersion: tokenfleet.io/v1alpha1
+kind: Tenant
+metadata: {{name: {DEV_TENANT}, namespace: {DEV_NAMESPACE}}}
+spec:
+  apiKeySecretRef: {{name: {DEV_TENANT}-keys}}
+  allowedModels: ["*"]
+  priorityClass: interactive
+"""
+
+
+class PlatformError(Exception):
+    """A platform component cannot start; the message says what to do."""
+
+
+def redis_argv(port: int) -> list[str]:
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not Path(binary).exists():
+        raise PlatformError(
+            "redis-server is missing: apt-get install redis-server (make up does this as root)"
+        )
+    return [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+
+
+def gateway_argv(port: int, redis_port: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "tokenfleet.gateway",
+        "--port",
+        str(port),
+        "--redis",
+        f"redis://127.0.0.1:{redis_port}/0",
+    ]
+
+
+def salt_file(state_dir: Path) -> Path:
+    """A cache_salt secret that survives restarts (so prefix-cache isolation is stable)."""
+    path = state_dir / "gateway-salt"
+    if not path.exists():
+        path.write_text(secrets.token_hex(32))
+        path.chmod(0o600)
+    return path
+
+
+def start_gateway(
+    *, state_dir: Path, logs: Path, kubeconfig: Path, port: int, redis_port: int
+) -> processes.Child:
+    return processes.spawn(
+        "tokenfleet-gateway",
+        gateway_argv(port, redis_port),
+        log=logs / "gateway.log",
+        env={
+            "KUBECONFIG": str(kubeconfig),
+            "TOKENFLEET_SALT_SECRET_FILE": str(salt_file(state_dir)),
+        },
+    )
+
+
+async def ensure_dev_key(state_dir: Path, admin_kubeconfig: Path) -> Path:
+    """The dev tenant's key in .tokenfleet/dev-api-key (made once; its hash lives in a Secret)."""
+    from tokenfleet.gateway.tenants import create_key
+
+    path = state_dir / "dev-api-key"
+    if not path.exists():
+        key = await create_key(DEV_NAMESPACE, DEV_TENANT, replace=True, kubeconfig=admin_kubeconfig)
+        path.write_text(key + "\n")
+        path.chmod(0o600)
+    return path
+
+
+async def wait_healthy(url: str, child: processes.Child, timeout: float = 60.0) -> None:
+    async with aiohttp.ClientSession() as session:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            if not child.alive():
+                raise PlatformError(f"{child.name} exited during start-up:\n{child.tail()}")
+            try:
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                    if resp.status == 200:
+                        return
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            await asyncio.sleep(0.2)
+    raise PlatformError(f"{child.name} not healthy after {timeout:.0f} s:\n{child.tail()}")

@@ -1,0 +1,69 @@
+"""The README's journey on the whole local platform: `up` starts everything (control plane,
+simulated GPU nodes, operator, Redis, gateway, dev tenant, examples) and prints how to use it;
+the printed gateway and dev key answer the openai SDK; `down` leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import openai
+
+from support.cluster import BIN_DIR, REPO, alive, wait_for
+
+
+def devstack(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tokenfleet.devstack", *args, "--bin-dir", str(BIN_DIR)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        cwd=REPO,
+    )
+
+
+def test_up_serves_the_examples_through_the_gateway_and_down_cleans_up(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    up = devstack("up", "--state-dir", str(state), "--ports", "auto", "--pod-octet", "auto")
+    assert up.returncode == 0, up.stdout + up.stderr
+    info = json.loads((state / "stack.json").read_text())
+    try:
+        assert {"tokenfleet-operator", "redis", "tokenfleet-gateway"} <= set(info["children"])
+        url = re.search(r"curl (http://127\.0\.0\.1:\d+)/v1/chat/completions", up.stdout)
+        assert url, up.stdout
+        key = (state / "dev-api-key").read_text().strip()
+        assert key.startswith("tfk-") and (state / "dev-api-key").stat().st_mode & 0o077 == 0
+        client = openai.OpenAI(base_url=url.group(1) + "/v1", api_key=key, max_retries=0)
+
+        def answers() -> bool:
+            try:
+                return bool(
+                    client.chat.completions.create(
+                        model="llama-3.1-8b-instruct",
+                        messages=[{"role": "user", "content": "Hello"}],
+                        max_tokens=5,
+                    ).choices
+                )
+            except openai.APIError:
+                return False
+
+        wait_for("the example model to answer through the gateway", answers, timeout=90, every=1.0)
+        env = {"KUBECONFIG": info["kubeconfig"]}
+        pools = subprocess.run(
+            [str(BIN_DIR / "kubectl"), "get", "tfpool", "chat-h100", "-o", "json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
+        assert json.loads(pools.stdout)["status"]["readyReplicas"] == 9
+        assert "llama-3.1-8b-instruct" in [m.id for m in client.models.list()]
+    finally:
+        down = devstack("down", "--state-dir", str(state))
+    assert down.returncode == 0, down.stdout + down.stderr
+    for name, pid in {"stack": info["pid"], **info["children"]}.items():
+        assert wait_for(f"{name} to exit", lambda pid=pid: not alive(pid), timeout=30)
