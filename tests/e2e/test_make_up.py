@@ -5,6 +5,7 @@ the printed gateway and dev key answer the openai SDK; `down` leaves no process 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -52,7 +53,7 @@ def test_up_serves_the_examples_through_the_gateway_and_down_cleans_up(tmp_path:
                 return False
 
         wait_for("the example model to answer through the gateway", answers, timeout=90, every=1.0)
-        env = {"KUBECONFIG": info["kubeconfig"]}
+        env = {**os.environ, "KUBECONFIG": info["kubeconfig"]}
         pools = subprocess.run(
             [str(BIN_DIR / "kubectl"), "get", "tfpool", "chat-h100", "-o", "json"],
             capture_output=True,
