@@ -54,14 +54,18 @@ def test_up_serves_the_examples_through_the_gateway_and_down_cleans_up(tmp_path:
 
         wait_for("the example model to answer through the gateway", answers, timeout=90, every=1.0)
         env = {**os.environ, "KUBECONFIG": info["kubeconfig"]}
-        pools = subprocess.run(
-            [str(BIN_DIR / "kubectl"), "get", "tfpool", "chat-h100", "-o", "json"],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=True,
-        )
-        assert json.loads(pools.stdout)["status"]["readyReplicas"] == 9
+
+        def ready_replicas() -> int:
+            pools = subprocess.run(
+                [str(BIN_DIR / "kubectl"), "get", "tfpool", "chat-h100", "-o", "json"],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=True,
+            )
+            return int(json.loads(pools.stdout).get("status", {}).get("readyReplicas", 0))
+
+        wait_for("the example pool's 9 replicas", lambda: ready_replicas() == 9, timeout=90)
         assert "llama-3.1-8b-instruct" in [m.id for m in client.models.list()]
     finally:
         down = devstack("down", "--state-dir", str(state))
