@@ -7,11 +7,11 @@ route, proxy, settle, observe — and every refusal is a Rejected value rendered
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
 import time
-import uuid
 from typing import Any
 
 import aiohttp
@@ -28,7 +28,7 @@ from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.policy.salt import cache_salt
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
-from tokenfleet.gateway.state import STATE, GatewayState, capacity
+from tokenfleet.gateway.state import STATE, GatewayState
 
 access_log = logging.getLogger("tokenfleet.gateway.access")
 log = logging.getLogger("tokenfleet.gateway")
@@ -90,6 +90,15 @@ def admission_class(pool: Pool, tenant: Tenant) -> str:
     return min(pool.classes.values(), key=lambda c: c.priority).name
 
 
+_ID_PREFIX = os.urandom(6).hex()
+_ID_COUNTER = itertools.count(1)
+
+
+def _new_request_id() -> str:
+    """Unique per process and restart; cheaper than uuid4 on the hot path."""
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):010x}"
+
+
 class Completion:
     """One completion request on its way through the gateway."""
 
@@ -98,7 +107,7 @@ class Completion:
         self.kind = kind
         self.state = request.app[STATE]
         self.started = time.monotonic()
-        self.request_id = request.headers.get("X-Request-Id", "")[:64] or uuid.uuid4().hex
+        self.request_id = request.headers.get("X-Request-Id", "")[:64] or _new_request_id()
         self.log: dict[str, Any] = {"request_id": self.request_id, "route": request.path}
         self.used_tokens = 0  # what the request has consumed so far: settled even on cancel
 
@@ -184,7 +193,7 @@ class Completion:
     ) -> web.StreamResponse:
         """Queue, route and proxy."""
         state, admitter = self.state, self.state.admitter
-        cap = capacity(state.catalog, pool.key)
+        cap = state.capacity(pool.key)
         state.metrics.queue_depth.labels(pool.key, cls).set(admitter.queue(pool.key).depth(cls) + 1)
         refused = await admitter.acquire(
             pool=pool.key, policies=pool.classes, capacity=cap, cls=cls, deadline=due
@@ -206,7 +215,7 @@ class Completion:
             admitter.release(
                 pool=pool.key,
                 policies=pool.classes,
-                capacity=capacity(state.catalog, pool.key),
+                capacity=state.capacity(pool.key),
                 cls=cls,
             )
             self.observe_queue(pool, cls)

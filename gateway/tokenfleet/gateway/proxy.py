@@ -10,6 +10,7 @@ never a silent truncation.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import time
@@ -172,9 +173,12 @@ async def _relay(
             "X-TokenFleet-Model": served_by,
         },
     )
-    tail = b""
+    recent: collections.deque[bytes] = collections.deque(
+        maxlen=16
+    )  # for [DONE] and usage, at the end
     last = 0.0
-    done = False
+    gaps = outcome.gaps
+    write = response.write
     async for chunk in upstream.content.iter_any():
         now = time.monotonic()
         if outcome.response is None:
@@ -182,12 +186,13 @@ async def _relay(
             outcome.response = response
             await response.prepare(request)
         else:
-            outcome.gaps.append(now - last)
+            gaps.append(now - last)
         last = now
         outcome.chunks += chunk.count(_DATA)
-        tail = (tail + chunk)[-4096:]
-        done = done or _DONE in tail
-        await response.write(chunk)  # backpressure: waits while the client is slow
+        recent.append(chunk)
+        await write(chunk)  # backpressure: waits while the client is slow
+    tail = b"".join(recent)[-8192:]
+    done = _DONE in tail
     if not done:
         if outcome.response is None:
             raise UpstreamFailed(

@@ -71,7 +71,10 @@ class Admitter:
         self._tickets = itertools.count(1)
 
     def queue(self, pool: str) -> PoolQueue:
-        return self.pools.setdefault(pool, PoolQueue(pool))
+        q = self.pools.get(pool)
+        if q is None:  # not setdefault: that would build a PoolQueue on every call
+            q = self.pools[pool] = PoolQueue(pool)
+        return q
 
     async def acquire(
         self,

@@ -13,9 +13,7 @@ import logging
 import time
 from typing import Any, Literal
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
+from tokenfleet.gateway import resp
 from tokenfleet.gateway.policy import quotas
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
@@ -40,16 +38,8 @@ class QuotaStore:
     def __init__(
         self, *, url: str | None, failure: Literal["open", "closed"], replicas: int
     ) -> None:
-        self._redis: aioredis.Redis | None = (
-            aioredis.from_url(
-                url,
-                socket_timeout=REDIS_TIMEOUT_SECONDS,
-                socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
-            )
-            if url
-            else None
-        )
-        self._script: Any = self._redis.register_script(quotas.LUA) if self._redis else None
+        self._redis = resp.RespClient(url, timeout=REDIS_TIMEOUT_SECONDS) if url else None
+        self._script = resp.Script(self._redis, quotas.LUA) if self._redis else None
         self._failure = failure
         self._share = 1.0 / max(1, replicas)
         self._local: dict[str, quotas.Buckets] = {}
@@ -62,7 +52,7 @@ class QuotaStore:
 
     async def close(self) -> None:
         if self._redis is not None:
-            await self._redis.aclose()
+            await self._redis.close()
 
     def _use_redis(self) -> bool:
         if self._redis is None:
@@ -86,7 +76,7 @@ class QuotaStore:
         if self._use_redis():
             try:
                 answer = await self._call("reserve", tenant, limits, tokens, 0)
-            except (RedisError, OSError, TimeoutError) as exc:
+            except (resp.RespError, OSError, TimeoutError) as exc:
                 self._mark(False, exc)
             else:
                 self._mark(True)
@@ -126,7 +116,7 @@ class QuotaStore:
             return
         try:
             await self._call("settle", reservation.tenant, reservation.limits, 0, refund)
-        except (RedisError, OSError, TimeoutError) as exc:
+        except (resp.RespError, OSError, TimeoutError) as exc:
             # The concurrency slot expires by TTL; token counts refill by themselves.
             self._mark(False, exc)
 
@@ -134,6 +124,7 @@ class QuotaStore:
         self, op: str, tenant: str, limits: quotas.Limits, tokens: int, refund: int
     ) -> Any:
         day, left = quotas.day_of(time.time())
+        assert self._script is not None
         return await self._script(
             keys=quotas.keys(tenant, day), args=[op, tokens, refund, *limits.as_args(), left]
         )

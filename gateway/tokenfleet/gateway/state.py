@@ -27,16 +27,22 @@ class GatewayState:
     rng: random.Random = dataclasses.field(default_factory=lambda: random.Random(0))
     in_flight: dict[str, int] = dataclasses.field(default_factory=dict)  # endpoint URL → requests
     draining: bool = False
+    capacities: dict[str, int] = dataclasses.field(default_factory=dict)  # pool → concurrency
+
+    def capacity(self, pool: str) -> int:
+        """Requests the pool's ready endpoints take at once (computed once per catalog)."""
+        return self.capacities.get(pool, 0)
 
     def swap(self, catalog: Catalog) -> None:
         """Replace the catalog whole; wake queues whose capacity may have grown."""
         self.catalog = catalog
+        self.capacities = {key: capacity(catalog, key) for key in catalog.pools}
         self.catalog_loaded = True
         for name, model in catalog.models.items():
             if name == model.name:
                 self.metrics.endpoints.labels(name).set(len(catalog.endpoints.serving(name)))
         for key, pool in catalog.pools.items():
-            self.admitter.wake(pool=key, policies=pool.classes, capacity=capacity(catalog, key))
+            self.admitter.wake(pool=key, policies=pool.classes, capacity=self.capacities[key])
 
 
 def capacity(catalog: Catalog, pool: str) -> int:

@@ -1,0 +1,423 @@
+"""Gateway overhead side by side, on loopback, against one fast vLLM-compatible backend.
+
+Compares: direct to the backend, TokenFleet's gateway (static mode, auth + Redis quotas +
+admission on), LiteLLM proxy and vllm-router (both from PyPI, in bench/.venv-peers). Reports:
+
+  non-streamed: CPU ms per request of the proxy process tree, added p50/p99 at 1 and 32 connections
+  streamed:     CPU us per relayed token, added TTFT p99, inter-token p99 (64 streams, 5 ms/token)
+
+CPU is read from /proc for the proxy's processes only, so the load generator and the backend
+(which share the 2 cores) do not count. Latency figures include that contention for everyone.
+
+    .venv/bin/python bench/gateway_overhead.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(os.environ.get("TOKENFLEET_CACHE", Path.home() / ".cache/tokenfleet")) / "bin/current"
+PEERS = REPO / "bench" / ".venv-peers" / "bin"
+TICKS = os.sysconf("SC_CLK_TCK")
+KEY = "tfk-bench-" + "0" * 32
+WORDS = " ".join(f"w{i}" for i in range(64))  # echo mode: 64 words back, one per chunk
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise SystemExit(f"nothing listens on {port} after {timeout:.0f} s")
+
+
+def tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    total = 0.0
+    for p in tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / TICKS
+        except OSError:
+            pass
+    return total
+
+
+@dataclasses.dataclass
+class Proxy:
+    name: str
+    base: str  # http://127.0.0.1:port
+    headers: dict[str, str]
+    pid: int | None  # None: direct
+    process: subprocess.Popen[bytes] | None = None
+
+
+def start(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
+
+
+def stop(process: subprocess.Popen[bytes] | None) -> None:
+    if process is not None and process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+async def load(proxy: Proxy, *, connections: int, total: int, stream: bool) -> dict[str, Any]:
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": WORDS if stream else "hello"}],
+        "max_tokens": 100 if stream else 8,
+        "stream": stream,
+    }
+    latencies: list[float] = []
+    ttfts: list[float] = []
+    gaps: list[float] = []
+    chunks = errors = 0
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(total):
+        queue.put_nowait(i)
+    connector = aiohttp.TCPConnector(limit=connections, force_close=False)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker() -> None:
+            nonlocal chunks, errors
+            while not queue.empty():
+                queue.get_nowait()
+                start_at = time.perf_counter()
+                try:
+                    async with session.post(
+                        proxy.base + "/v1/chat/completions", json=body, headers=proxy.headers
+                    ) as r:
+                        if r.status != 200:
+                            errors += 1
+                            await r.read()
+                            continue
+                        if not stream:
+                            await r.read()
+                        else:
+                            last = None
+                            buffer = b""
+                            async for piece in r.content.iter_any():
+                                now = time.perf_counter()
+                                buffer += piece
+                                events = buffer.count(b"\n\n")
+                                if events:
+                                    buffer = buffer[buffer.rfind(b"\n\n") + 2 :]
+                                    if last is None:
+                                        ttfts.append(now - start_at)
+                                    else:
+                                        gaps.append(now - last)
+                                    last = now
+                                    chunks += events
+                except aiohttp.ClientError:
+                    errors += 1
+                    continue
+                latencies.append(time.perf_counter() - start_at)
+
+        cpu0 = cpu_seconds(proxy.pid) if proxy.pid else 0.0
+        await asyncio.gather(*(worker() for _ in range(connections)))
+        cpu = (cpu_seconds(proxy.pid) - cpu0) if proxy.pid else 0.0
+
+    def pct(values: list[float], q: float) -> float:
+        return (
+            statistics.quantiles(values, n=100)[q - 1] * 1000 if len(values) >= 2 else float("nan")
+        )
+
+    return {
+        "p50": pct(latencies, 50),
+        "p99": pct(latencies, 99),
+        "cpu": cpu,
+        "ok": len(latencies),
+        "errors": errors,
+        "chunks": chunks,
+        "ttft_p99": pct(ttfts, 99),
+        "itl_p99": pct(gaps, 99),
+    }
+
+
+def start_backends(tmp: Path) -> tuple[subprocess.Popen[bytes], int, subprocess.Popen[bytes], int]:
+    sim = str(BIN / "llm-d-inference-sim")
+    fast_port, stream_port = free_port(), free_port()
+    fast = start(
+        [
+            sim,
+            "--port",
+            str(fast_port),
+            "--model",
+            "m",
+            "--force-dummy-tokenizer",
+            "--max-num-seqs",
+            "256",
+        ],
+        tmp / "fast.log",
+        {"POD_IP": "127.0.0.1"},
+    )
+    streaming = start(
+        [
+            sim,
+            "--port",
+            str(stream_port),
+            "--model",
+            "m",
+            "--force-dummy-tokenizer",
+            "--max-num-seqs",
+            "256",
+            "--mode",
+            "echo",
+            "--inter-token-latency",
+            "5ms",
+        ],
+        tmp / "stream.log",
+        {"POD_IP": "127.0.0.1"},
+    )
+    wait_port(fast_port)
+    wait_port(stream_port)
+    return fast, fast_port, streaming, stream_port
+
+
+def start_tokenfleet(tmp: Path, backend: int, redis_url: str) -> Proxy:
+    port = free_port()
+    digest = "sha256:" + hashlib.sha256(KEY.encode()).hexdigest()
+    config = tmp / f"tf-{port}.json"
+    config.write_text(
+        json.dumps(
+            {
+                "models": [
+                    {
+                        "name": "m",
+                        "endpoints": [f"http://127.0.0.1:{backend}"],
+                        "maxConcurrency": 256,
+                    }
+                ],
+                "tenants": [
+                    {
+                        "name": "bench",
+                        "apiKeyHashes": [digest],
+                        "allowedModels": ["*"],
+                        "quotas": {
+                            "requestsPerMinute": 10**8,
+                            "tokensPerMinute": 10**10,
+                            "maxConcurrent": 10**6,
+                        },
+                    }
+                ],
+            }
+        )
+    )
+    p = start(
+        [
+            sys.executable,
+            "-m",
+            "tokenfleet.gateway",
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+            "--redis",
+            redis_url,
+            "--no-access-log",
+        ],
+        tmp / f"tokenfleet-{port}.log",
+        {"TOKENFLEET_SALT_SECRET": "bench"},
+    )
+    wait_port(port)
+    return Proxy(
+        "tokenfleet", f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {KEY}"}, p.pid, p
+    )
+
+
+def start_litellm(tmp: Path, backend: int) -> Proxy | None:
+    if not (PEERS / "litellm").exists():
+        return None
+    port = free_port()
+    config = tmp / f"litellm-{port}.yaml"
+    config.write_text(
+        "model_list:\n  - model_name: m\n    litellm_params:\n      model: openai/m\n"
+        f"      api_base: http://127.0.0.1:{backend}/v1\n      api_key: unused\n"
+        "general_settings:\n  master_key: sk-bench\nlitellm_settings:\n  drop_params: true\n"
+    )
+    p = start(
+        [
+            str(PEERS / "litellm"),
+            "--config",
+            str(config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--num_workers",
+            "1",
+        ],
+        tmp / f"litellm-{port}.log",
+    )
+    wait_port(port, timeout=180)
+    return Proxy(
+        "litellm", f"http://127.0.0.1:{port}", {"Authorization": "Bearer sk-bench"}, p.pid, p
+    )
+
+
+def start_vllm_router(tmp: Path, backend: int) -> Proxy | None:
+    if not (PEERS / "vllm-router").exists():
+        return None
+    port = free_port()
+    p = start(
+        [
+            str(PEERS / "vllm-router"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--worker-urls",
+            f"http://127.0.0.1:{backend}",
+            "--policy",
+            "round_robin",
+        ],
+        tmp / f"vllm-router-{port}.log",
+    )
+    wait_port(port, timeout=60)
+    return Proxy("vllm-router", f"http://127.0.0.1:{port}", {}, p.pid, p)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer requests (a smoke run)")
+    args = parser.parse_args()
+    scale = 0.2 if args.quick else 1.0
+    tmp = Path(tempfile.mkdtemp(prefix="tf-gw-bench-"))
+    redis_port = free_port()
+    redis = start(
+        [shutil.which("redis-server") or "redis-server", "--port", str(redis_port), "--save", ""],
+        tmp / "redis.log",
+    )
+    fast, fast_port, streaming, stream_port = start_backends(tmp)
+    wait_port(redis_port)
+    results: dict[str, dict[str, Any]] = {}
+    starters: list[tuple[str, Callable[[int], Proxy | None]]] = [
+        ("direct", lambda port: Proxy("direct", f"http://127.0.0.1:{port}", {}, None)),
+        (
+            "tokenfleet",
+            lambda port: start_tokenfleet(tmp, port, f"redis://127.0.0.1:{redis_port}/0"),
+        ),
+        ("litellm", lambda port: start_litellm(tmp, port)),
+        ("vllm-router", lambda port: start_vllm_router(tmp, port)),
+    ]
+    try:
+        for name, starter in starters:
+            row: dict[str, Any] = {}
+            for label, backend, kw in (
+                ("one", fast_port, {"connections": 1, "total": int(1000 * scale), "stream": False}),
+                (
+                    "many",
+                    fast_port,
+                    {"connections": 32, "total": int(4000 * scale), "stream": False},
+                ),
+                (
+                    "stream",
+                    stream_port,
+                    {"connections": 64, "total": int(256 * scale), "stream": True},
+                ),
+            ):
+                proxy = starter(backend)
+                if proxy is None:
+                    print(f"  {name}: not installed (bench/.venv-peers); skipped", flush=True)
+                    break
+                asyncio.run(load(proxy, connections=4, total=50, stream=kw["stream"]))  # warm up
+                print(f"  {name}: {label} ...", flush=True)
+                row[label] = asyncio.run(load(proxy, **kw))
+                stop(proxy.process)
+            results[name] = row
+    finally:
+        for p in (redis, fast, streaming):
+            stop(p)
+    report(results)
+    return 0
+
+
+def report(results: dict[str, dict[str, Any]]) -> None:
+    base = results["direct"]
+    print("\nnon-streamed (8 tokens), backend answers at once")
+    print(
+        f"{'':12} {'CPU ms/req':>10} {'p50 @1':>8} {'added':>7} {'p99 @1':>8} {'p50 @32':>8} {'added':>7} "
+        f"{'p99 @32':>8} {'errors':>6}"
+    )
+    for name, row in results.items():
+        if "many" not in row:
+            continue
+        one, many = row["one"], row["many"]
+        cpu = "-" if name == "direct" else f"{1000 * many['cpu'] / max(1, many['ok']):.3f}"
+        print(
+            f"{name:12} {cpu:>10} {one['p50']:8.2f} {one['p50'] - base['one']['p50']:7.2f} {one['p99']:8.2f} "
+            f"{many['p50']:8.2f} {many['p50'] - base['many']['p50']:7.2f} {many['p99']:8.2f} "
+            f"{one['errors'] + many['errors']:>6}"
+        )
+    print(
+        "\nstreamed: 64 concurrent streams, 64 tokens each, one token every 5 ms (ms unless noted)"
+    )
+    print(
+        f"{'':12} {'CPU us/token':>12} {'TTFT p99':>9} {'added':>7} {'ITL p99':>8} {'vs direct':>9} "
+        f"{'tokens':>7} {'errors':>6}"
+    )
+    for name, row in results.items():
+        if "stream" not in row:
+            continue
+        s = row["stream"]
+        cpu = "-" if name == "direct" else f"{1e6 * s['cpu'] / max(1, s['chunks']):.1f}"
+        print(
+            f"{name:12} {cpu:>12} {s['ttft_p99']:9.2f} {s['ttft_p99'] - base['stream']['ttft_p99']:7.2f} "
+            f"{s['itl_p99']:8.2f} {s['itl_p99'] - base['stream']['itl_p99']:9.2f} {s['chunks']:7d} {s['errors']:6d}"
+        )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
