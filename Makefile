@@ -60,7 +60,17 @@ test: lint binaries
 	$(PY) -m pytest tests
 
 # Benchmarks print figures side by side; they assert nothing and are not part of make test.
-bench: $(VENV)/.installed binaries
+# The peers (LiteLLM proxy, vllm-router) live in their own venv: large, and not our dependencies.
+PEERS := bench/.venv-peers
+$(PEERS)/.installed:
+	@echo "installing benchmark peers (LiteLLM proxy, vllm-router) in $(PEERS)/ ..."
+	@test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
+	@$(PEERS)/bin/pip install -q --upgrade pip
+	@$(PEERS)/bin/pip install -q 'litellm[proxy]' vllm-router py-spy
+	@touch $@
+
+bench: $(VENV)/.installed binaries $(PEERS)/.installed
+	$(PY) bench/gateway_overhead.py
 	$(PY) bench/operator_scale.py
 
 crds: $(VENV)/.installed
