@@ -107,6 +107,26 @@ def call(
     return r.status, payload, dict(r.getheaders()), time.monotonic() - start
 
 
+def open_stream(
+    gateway: Gateway, key: str, *, max_tokens: int, timeout: float = 10
+) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    """Start a streamed chat completion and return once its headers arrived."""
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=timeout)
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": max_tokens,
+        "stream": True,
+    }
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        body=json.dumps(body),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    return conn, conn.getresponse()
+
+
 def test_one_tenant_over_its_token_quota_does_not_touch_the_other(
     tmp: Path, redis: Redis, fast: Sim
 ) -> None:
@@ -202,20 +222,7 @@ def test_disconnect_mid_stream_cancels_upstream_and_releases_the_reservation(
     slow = start_sim(tmp, "m", "--max-num-seqs", "4", "--inter-token-latency", "50ms")
     cfg = config(slow, [tenant("solo", quotas={"maxConcurrent": 1})], concurrency=4)
     with running(start_gateway(tmp, cfg, "--redis", redis.url)) as g:
-        conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=10)
-        body = {
-            "model": "m",
-            "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 400,
-            "stream": True,
-        }
-        conn.request(
-            "POST",
-            "/v1/chat/completions",
-            body=json.dumps(body),
-            headers={"Authorization": f"Bearer {KEYS['solo']}", "Content-Type": "application/json"},
-        )
-        response = conn.getresponse()
+        conn, response = open_stream(g, KEYS["solo"], max_tokens=400, timeout=10)
         assert response.status == 200 and response.read(200)
         assert slow.metric("vllm:num_requests_running") == 1
         assert connections_to(slow.port) == 1
@@ -235,20 +242,7 @@ def test_disconnect_mid_stream_cancels_upstream_and_releases_the_reservation(
 def test_a_stream_that_breaks_midway_ends_with_an_error_event(tmp: Path) -> None:
     doomed = start_sim(tmp, "m", "--max-num-seqs", "4", "--inter-token-latency", "100ms")
     with running(start_gateway(tmp, config(doomed, [tenant("solo")]))) as g:
-        conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=10)
-        body = {
-            "model": "m",
-            "messages": [{"role": "user", "content": "hi"}],
-            "max_tokens": 200,
-            "stream": True,
-        }
-        conn.request(
-            "POST",
-            "/v1/chat/completions",
-            body=json.dumps(body),
-            headers={"Authorization": f"Bearer {KEYS['solo']}", "Content-Type": "application/json"},
-        )
-        response = conn.getresponse()
+        _conn, response = open_stream(g, KEYS["solo"], max_tokens=200, timeout=10)
         first = response.read(100)
         assert first.startswith(b"data: ")
         doomed.kill()
@@ -300,20 +294,7 @@ def test_workers_share_the_port_and_their_metrics(tmp: Path, fast: Sim) -> None:
 def test_sigterm_drains_in_flight_streams(tmp: Path) -> None:
     slowish = start_sim(tmp, "m", "--max-num-seqs", "4", "--inter-token-latency", "30ms")
     g = start_gateway(tmp, config(slowish, [tenant("solo")]))
-    conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=20)
-    body = {
-        "model": "m",
-        "messages": [{"role": "user", "content": "hi"}],
-        "max_tokens": 30,
-        "stream": True,
-    }
-    conn.request(
-        "POST",
-        "/v1/chat/completions",
-        body=json.dumps(body),
-        headers={"Authorization": f"Bearer {KEYS['solo']}", "Content-Type": "application/json"},
-    )
-    response = conn.getresponse()
+    _conn, response = open_stream(g, KEYS["solo"], max_tokens=30, timeout=20)
     assert response.read(50)
     g.process.send_signal(15)
     rest = response.read().decode()

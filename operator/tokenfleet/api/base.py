@@ -95,3 +95,14 @@ def cel(rule: str, message: str = "", *, expr: str = "", reason: str = "") -> di
 def validations(*rules: dict[str, str]) -> dict[str, Any]:
     """``json_schema_extra`` carrying CEL rules, for a model_config or a Field."""
     return {"x-kubernetes-validations": list(rules)}
+
+
+def refuse_first(problems: list[tuple[bool, str]]) -> None:
+    """Raise ValueError with the message of the first (failed, message) pair that failed.
+
+    The models' validators mirror the CRD's CEL rules with this, so that parsing outside the
+    API server (static gateway config, tests) refuses the same objects.
+    """
+    for failed, message in problems:
+        if failed:
+            raise ValueError(message)

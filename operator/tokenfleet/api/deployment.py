@@ -13,6 +13,7 @@ from tokenfleet.api.base import (
     cel,
     conditions_field,
     observed_generation_field,
+    refuse_first,
     validations,
 )
 
@@ -221,9 +222,7 @@ class ModelDeploymentSpec(Model):
                 "fallback.model must name another model",
             ),
         ]
-        for failed, message in problems:
-            if failed:
-                raise ValueError(message)
+        refuse_first(problems)
         return self
 
 

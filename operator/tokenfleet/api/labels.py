@@ -19,6 +19,10 @@ HOSTNAME = "kubernetes.io/hostname"
 GPU_PRODUCT = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
 
+#: On a Tenant: how many API keys its Secret holds (written by `tokenfleet tenant create-key`,
+#: so the operator can report it without permission to read Secrets).
+API_KEY_COUNT = f"{PREFIX}/api-key-count"
+
 #: Local stack only: marks a simulated node; kwok manages it and the node agent runs its pods.
 SIMULATED_NODE = f"{PREFIX}/simulated-node"
 #: Local stack only: set to "true" on a simulated node to take it down (NotReady at once).

@@ -13,6 +13,7 @@ from tokenfleet.api.base import (
     cel,
     conditions_field,
     observed_generation_field,
+    refuse_first,
     validations,
 )
 
@@ -329,9 +330,7 @@ class InferencePoolSpec(Model):
                 for w in self.autoscaling.schedules
             ],
         ]
-        for failed, message in problems:
-            if failed:
-                raise ValueError(message)
+        refuse_first(problems)
         return self
 
 

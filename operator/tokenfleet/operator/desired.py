@@ -191,23 +191,30 @@ def worker_deployment(
     return stamped(manifest)
 
 
+def _pool_workers(pool_name: str) -> dict[str, str]:
+    return {labels.POOL: pool_name, labels.ROLE: labels.ROLE_WORKER}
+
+
+def _pool_child_metadata(namespace: str, pool_name: str, owner: Owner) -> dict[str, Any]:
+    """PDB and Service share a name and belong to the pool (garbage-collected with it)."""
+    return {
+        "name": f"{pool_name}-workers",
+        "namespace": namespace,
+        "labels": {labels.POOL: pool_name},
+        "ownerReferences": [owner.reference()],
+    }
+
+
 def disruption_budget(*, namespace: str, pool_name: str, owner: Owner) -> Manifest:
     """At most one worker of the pool voluntarily disrupted at a time (drains, upgrades)."""
     return stamped(
         {
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
-            "metadata": {
-                "name": f"{pool_name}-workers",
-                "namespace": namespace,
-                "labels": {labels.POOL: pool_name},
-                "ownerReferences": [owner.reference()],
-            },
+            "metadata": _pool_child_metadata(namespace, pool_name, owner),
             "spec": {
                 "maxUnavailable": 1,
-                "selector": {
-                    "matchLabels": {labels.POOL: pool_name, labels.ROLE: labels.ROLE_WORKER}
-                },
+                "selector": {"matchLabels": _pool_workers(pool_name)},
             },
         }
     )
@@ -219,15 +226,10 @@ def headless_service(*, namespace: str, pool_name: str, owner: Owner) -> Manifes
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": {
-                "name": f"{pool_name}-workers",
-                "namespace": namespace,
-                "labels": {labels.POOL: pool_name},
-                "ownerReferences": [owner.reference()],
-            },
+            "metadata": _pool_child_metadata(namespace, pool_name, owner),
             "spec": {
                 "clusterIP": "None",
-                "selector": {labels.POOL: pool_name, labels.ROLE: labels.ROLE_WORKER},
+                "selector": _pool_workers(pool_name),
                 "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": HTTP_PORT}],
                 "publishNotReadyAddresses": False,
             },
