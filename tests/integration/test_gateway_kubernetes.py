@@ -101,7 +101,17 @@ def test_gateway_serves_tenants_and_pods_from_the_cluster(
     cluster: Cluster, ns: str, gateway: Gateway
 ) -> None:
     deploy(cluster, ns)
+    waiting = wait_for(
+        "NoKeys", lambda: (c := _tenant_ready(cluster, ns)).get("reason") == "NoKeys" and c
+    )
+    assert "tokenfleet tenant create-key team" in waiting["message"]
     key = create_key(cluster, ns, "team")
+    ready = wait_for(
+        "Ready", lambda: (c := _tenant_ready(cluster, ns)).get("status") == "True" and c
+    )
+    assert ready["reason"] == "KeysPresent"
+    row = cluster.kubectl("get", "tftenant", "team", "-n", ns, "--no-headers").stdout.split()
+    assert row[1:3] == ["interactive", "1"]  # Class, Keys columns
     secret = cluster.get("secret", "team-keys", "-n", ns)
     assert secret["metadata"]["labels"]["tokenfleet.io/api-keys"] == "true"
     stored = [base64.b64decode(v).decode() for v in secret["data"].values()]
@@ -133,6 +143,11 @@ def test_gateway_serves_tenants_and_pods_from_the_cluster(
         ).choices
     log = gateway.log.read_text()
     assert key not in log and "Traceback" not in log
+
+
+def _tenant_ready(cluster: Cluster, ns: str) -> dict[str, Any]:
+    status = cluster.get("tftenant", "team", "-n", ns).get("status", {})
+    return next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
 
 
 def _works(client: openai.OpenAI) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 
+from tokenfleet.api import labels
 from tokenfleet.gateway import keys
 from tokenfleet.gateway.discovery import KEY_SECRET_LABEL
 from tokenfleet.kubeapi import ApiError, KubeApi
@@ -57,11 +58,17 @@ async def create_key(
             "metadata": metadata,
             "data": data,
         }
+        tenant_path = f"/apis/tokenfleet.io/v1alpha1/namespaces/{namespace}/tenants/{tenant}"
         if existing is None:
             await api.call("POST", f"/api/v1/namespaces/{namespace}/secrets", body=body)
         else:  # optimistic concurrency: a concurrent change makes this fail rather than lose a key
             metadata["resourceVersion"] = existing["metadata"]["resourceVersion"]
             await api.call("PUT", path, body=body)
+        # The operator reports the count in the Tenant's status; it may not read Secrets itself.
+        count = {"metadata": {"annotations": {labels.API_KEY_COUNT: str(len(data))}}}
+        await api.call(
+            "PATCH", tenant_path, body=count, content_type="application/merge-patch+json"
+        )
         return key
 
 

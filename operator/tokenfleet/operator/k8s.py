@@ -33,6 +33,7 @@ _PATHS = {  # (apiVersion, kind) → URL prefix and plural
         "/apis/tokenfleet.io/v1alpha1",
         "modeldeployments",
     ),
+    ("tokenfleet.io/v1alpha1", "Tenant"): ("/apis/tokenfleet.io/v1alpha1", "tenants"),
 }
 
 

@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tokenfleet.api.deployment import ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.operator import k8s, models, plan
+from tokenfleet.operator import k8s, models, plan, tenants
 from tokenfleet.operator.config import OperatorConfig
 from tokenfleet.operator.k8s import Kube
 from tokenfleet.operator.reporting import Event
@@ -36,6 +36,7 @@ Index = kopf.Index[Any, Any]
 class Indexes:
     pools: Index
     models: Index
+    tenants: Index
     pods: Index
     sets: Index
     nodes: Index
@@ -78,6 +79,9 @@ class Reconciler:
         owners = {pool: names[0] for pool, names in claims.items()}
         for body in list(_bodies(self.indexes.models)):
             await self._guarded(body, self._report_model(body, owners, now))
+        for body in list(_bodies(self.indexes.tenants)):
+            status, events = tenants.plan_tenant(body=body, now=now)
+            await self._guarded(body, self._report(body, "Tenant", status, events, now))
 
     async def _guarded(self, body: dict[str, Any], work: Any) -> None:
         meta = body["metadata"]

@@ -24,6 +24,7 @@ async def start(*, settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     indexes = Indexes(
         pools=kwargs["pools_index"],
         models=kwargs["models_index"],
+        tenants=kwargs["tenants_index"],
         pods=kwargs["pods_index"],
         sets=kwargs["sets_index"],
         nodes=kwargs["nodes_index"],

@@ -17,6 +17,7 @@ def _ready(status: kopf.Status) -> bool:
 
 @kopf.on.event(GROUP, VERSION, "inferencepools")
 @kopf.on.event(GROUP, VERSION, "modeldeployments")
+@kopf.on.event(GROUP, VERSION, "tenants")
 def on_tokenfleet_object(*, memo: Any, **_: Any) -> None:
     reconciler: Reconciler = memo.reconciler
     reconciler.indexes_ready.set()  # kopf calls handlers only once its indexes are filled
