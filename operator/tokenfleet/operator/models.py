@@ -46,48 +46,51 @@ class ModelInputs:
     now: datetime.datetime
 
 
-def plan_model(inputs: ModelInputs) -> tuple[dict[str, Any], list[Event]]:
-    """New status and the events its changes deserve."""
-    spec, now, gen = inputs.spec, inputs.now, inputs.generation
-    revision = desired.revision_of(spec)
+def _availability(inputs: ModelInputs, ready: int) -> tuple[str, bool, str, str]:
+    """(phase, available, reason, message) of a ModelDeployment."""
+    spec = inputs.spec
     missing = [p for p in spec.pools if p not in inputs.existing_pools]
     taken = {
         p: inputs.pool_owner[p]
         for p in spec.pools
         if p in inputs.pool_owner and inputs.pool_owner[p] != inputs.name
     }
-    ready = sum(1 for p in inputs.pods if p.revision == revision and p.ready and not p.terminating)
     if missing:
-        available = (
+        return (
+            "Pending",
             False,
             "PoolNotFound",
-            f"InferencePool {reporting.names(missing)} does not exist "
-            f"in namespace {inputs.namespace}; create it or fix spec.pools",
+            f"InferencePool {reporting.names(missing)} does not "
+            f"exist in namespace {inputs.namespace}; create it or fix spec.pools",
         )
-        phase = "Pending"
-    elif len(taken) == len(spec.pools):
+    if len(taken) == len(spec.pools):
         owners = reporting.names(sorted(f"{p} (by {m})" for p, m in taken.items()))
-        available = (
+        return (
+            "Pending",
             False,
             "PoolClaimed",
-            f"every pool is already running another model: {owners}; "
-            "a pool runs one model, so point spec.pools at a free pool",
+            f"every pool is already running another model: "
+            f"{owners}; a pool runs one model, so point spec.pools at a free pool",
         )
-        phase = "Pending"
-    elif ready > 0:
-        available = (True, "ReplicasReady", f"{ready} replicas ready")
-        phase = "Available"
-    else:
-        available = (False, "ReplicasStarting", "no replica is ready yet")
-        phase = "Progressing"
+    if ready > 0:
+        return ("Available", True, "ReplicasReady", f"{ready} replicas ready")
+    return ("Progressing", False, "ReplicasStarting", "no replica is ready yet")
+
+
+def plan_model(inputs: ModelInputs) -> tuple[dict[str, Any], list[Event]]:
+    """New status and the events its changes deserve."""
+    spec, now, gen = inputs.spec, inputs.now, inputs.generation
+    revision = desired.revision_of(spec)
+    ready = sum(1 for p in inputs.pods if p.revision == revision and p.ready and not p.terminating)
+    phase, available, reason, message = _availability(inputs, ready)
     old_conditions = inputs.status.get("conditions", []) or []
     conditions = [
         condition(
             old_conditions,
             type="Available",
-            status=available[0],
-            reason=available[1],
-            message=available[2],
+            status=available,
+            reason=reason,
+            message=message,
             now=now,
             generation=gen,
         ),
@@ -96,7 +99,7 @@ def plan_model(inputs: ModelInputs) -> tuple[dict[str, Any], list[Event]]:
             type="Progressing",
             status=phase == "Progressing",
             reason="ReplicasStarting" if phase == "Progressing" else phase,
-            message=available[2],
+            message=message,
             now=now,
             generation=gen,
         ),
@@ -135,5 +138,5 @@ def plan_model(inputs: ModelInputs) -> tuple[dict[str, Any], list[Event]]:
             Event(type="Warning", reason=str(problem["reason"]), message=str(problem["message"]))
         )
     if reporting.changed_to(old_conditions, conditions, "Available", "True"):
-        events.append(Event(type="Normal", reason="Available", message=available[2]))
+        events.append(Event(type="Normal", reason="Available", message=message))
     return status, events

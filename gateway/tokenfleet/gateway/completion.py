@@ -1,0 +1,340 @@
+"""One completion request's way through the gateway, as a recipe.
+
+authenticate → parse → resolve the model → the pool's context bucket and the tenant's cap →
+deadline → quota reservation → admission → endpoint → relay → settle → observe. Every
+refusal is a Rejected value, rendered by :func:`reject`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import time
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from tokenfleet.gateway import keys, proxy
+from tokenfleet.gateway.catalog import Catalog, Model, Pool, Tenant
+from tokenfleet.gateway.config import Settings
+from tokenfleet.gateway.policy import admission, deadlines, requests, routing
+from tokenfleet.gateway.policy.rejections import Reason, Rejected
+from tokenfleet.gateway.policy.salt import cache_salt
+from tokenfleet.gateway.state import STATE
+
+access_log = logging.getLogger("tokenfleet.gateway.access")
+log = logging.getLogger("tokenfleet.gateway")
+
+
+def reject(rejected: Rejected, request_id: str = "") -> web.Response:
+    headers = {"X-Request-Id": request_id} if request_id else {}
+    if rejected.retry_after is not None:
+        headers["Retry-After"] = str(max(1, round(rejected.retry_after)))
+    return web.Response(
+        body=orjson.dumps(rejected.body()),
+        status=rejected.status,
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def authenticate(catalog: Catalog, header: str | None) -> Tenant | Rejected:
+    if not header or not header.startswith("Bearer ") or len(header) < 8:
+        return Rejected(
+            reason=Reason.MISSING_API_KEY,
+            message="missing API key: send 'Authorization: Bearer <key>'",
+        )
+    tenant = catalog.tenants_by_key_hash.get(keys.hash_key(header[7:].strip()))
+    if tenant is None:
+        return Rejected(reason=Reason.INVALID_API_KEY, message="invalid API key")
+    return tenant
+
+
+async def read_body(request: web.Request, settings: Settings) -> bytes | Rejected:
+    too_big = Rejected(
+        reason=Reason.BODY_TOO_LARGE,
+        message=f"request body larger than {settings.max_body_bytes} bytes",
+    )
+    if request.content_length is not None and request.content_length > settings.max_body_bytes:
+        return too_big
+    try:
+        async with asyncio.timeout(settings.body_timeout_seconds):
+            return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return too_big
+    except TimeoutError:
+        return Rejected(reason=Reason.BODY_TIMEOUT, message="the request body arrived too slowly")
+
+
+def pick_pool(catalog: Catalog, model: Model, prompt_tokens: int) -> Pool | None:
+    """The first of the model's pools whose context bucket fits the prompt, else its largest."""
+    pools = [catalog.pools[p] for p in model.pools if p in catalog.pools]
+    fitting = [p for p in pools if p.max_input_tokens >= prompt_tokens]
+    if fitting:
+        return fitting[0]
+    return max(pools, key=lambda p: p.max_input_tokens, default=None)
+
+
+def admission_class(pool: Pool, tenant: Tenant) -> str:
+    """The tenant's class if the pool has it, else the pool's lowest-priority class."""
+    if tenant.priority_class in pool.classes:
+        return tenant.priority_class
+    return min(pool.classes.values(), key=lambda c: c.priority).name
+
+
+_ID_PREFIX = os.urandom(6).hex()
+_ID_COUNTER = itertools.count(1)
+
+
+def _new_request_id() -> str:
+    """Unique per process and restart; cheaper than uuid4 on the hot path."""
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):010x}"
+
+
+class Completion:
+    """One completion request on its way through the gateway."""
+
+    def __init__(self, request: web.Request, kind: requests.Kind) -> None:
+        self.request = request
+        self.kind = kind
+        self.state = request.app[STATE]
+        self.started = time.monotonic()
+        self.request_id = request.headers.get("X-Request-Id", "")[:64] or _new_request_id()
+        self.log: dict[str, Any] = {"request_id": self.request_id, "route": request.path}
+        self.used_tokens = 0  # what the request has consumed so far: settled even on cancel
+
+    async def run(self) -> web.StreamResponse:
+        catalog = self.state.catalog
+        tenant = authenticate(catalog, self.request.headers.get("Authorization"))
+        if isinstance(tenant, Rejected):
+            return self.refuse(tenant)
+        self.log["tenant"] = tenant.key
+        body = await read_body(self.request, self.state.settings)
+        if isinstance(body, Rejected):
+            return self.refuse(body)
+        try:
+            decoded = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return self.refuse(
+                Rejected(reason=Reason.MALFORMED_JSON, message="the request body is not valid JSON")
+            )
+        parsed = requests.parse(decoded, self.kind)
+        if isinstance(parsed, Rejected):
+            return self.refuse(parsed)
+        self.log["model"] = parsed.model
+        model = catalog.models.get(parsed.model)
+        if model is None or not tenant.may_use(parsed.model, model):
+            known = model is not None or parsed.model in catalog.endpoints.models()
+            reason = Reason.MODEL_NOT_ALLOWED if known else Reason.MODEL_NOT_FOUND
+            verb = "is not available to you" if known else "does not exist"
+            return self.refuse(
+                Rejected(reason=reason, param="model", message=f"model '{parsed.model}' {verb}")
+            )
+        pool = pick_pool(catalog, model, parsed.prompt_tokens)
+        if pool is None:
+            return self.refuse(
+                Rejected(
+                    reason=Reason.NO_ENDPOINTS,
+                    retry_after=5.0,
+                    message=f"model '{parsed.model}' has no pool configured",
+                )
+            )
+        limit = requests.check_limits(
+            parsed, max_input_tokens=pool.max_input_tokens, max_tokens_cap=tenant.max_tokens_cap
+        )
+        if limit is not None:
+            return self.refuse(limit)
+        cls = admission_class(pool, tenant)
+        self.log.update(pool=pool.key, **{"class": cls})
+        due = deadlines.deadline(
+            now=self.started,
+            header=self.request.headers.get(deadlines.HEADER),
+            default_seconds=pool.classes[cls].default_deadline,
+        )
+        if isinstance(due, Rejected):
+            return self.refuse(due)
+        max_tokens = min(parsed.max_tokens, tenant.max_tokens_cap or parsed.max_tokens)
+        reservation = await self.state.quotas.reserve(
+            tenant.key, tenant.limits, parsed.prompt_tokens + max_tokens
+        )
+        if isinstance(reservation, Rejected):
+            return self.refuse(reservation)
+        try:
+            return await self.admitted(
+                parsed,
+                tenant=tenant,
+                model=model,
+                pool=pool,
+                cls=cls,
+                due=due,
+                max_tokens=max_tokens,
+            )
+        finally:
+            await self.state.quotas.settle(reservation, self.used_tokens)
+
+    async def admitted(
+        self,
+        parsed: requests.Parsed,
+        *,
+        tenant: Tenant,
+        model: Model,
+        pool: Pool,
+        cls: str,
+        due: float,
+        max_tokens: int,
+    ) -> web.StreamResponse:
+        """Queue, route and proxy."""
+        state, admitter = self.state, self.state.admitter
+        cap = state.capacity(pool.key)
+        state.metrics.queue_depth.labels(pool.key, cls).set(admitter.queue(pool.key).depth(cls) + 1)
+        refused = await admitter.acquire(
+            pool=pool.key, policies=pool.classes, capacity=cap, cls=cls, deadline=due
+        )
+        self.observe_queue(pool, cls)
+        if refused is not None:
+            return self.refuse(refused)
+        started_at = time.monotonic()
+        state.metrics.queue_wait.labels(pool.key, cls).observe(started_at - self.started)
+        state.metrics.in_flight.labels(pool.key, cls).inc()
+        try:
+            load = admitter.queue(pool.key).load(cap)
+            capped = admission.max_tokens(policy=pool.classes[cls], load=load, requested=max_tokens)
+            return await self.proxied(
+                parsed, tenant=tenant, model=model, cls=cls, due=due, max_tokens=capped
+            )
+        finally:
+            state.metrics.in_flight.labels(pool.key, cls).dec()
+            admitter.release(
+                pool=pool.key,
+                policies=pool.classes,
+                capacity=state.capacity(pool.key),
+                cls=cls,
+            )
+            self.observe_queue(pool, cls)
+
+    async def proxied(
+        self,
+        parsed: requests.Parsed,
+        *,
+        tenant: Tenant,
+        model: Model,
+        cls: str,
+        due: float,
+        max_tokens: int,
+    ) -> web.StreamResponse:
+        state = self.state
+        body = dict(parsed.body)
+        body["model"] = model.name  # aliases are the gateway's business, not the engine's
+        body["cache_salt"] = cache_salt(
+            secret=state.settings.salt_secret, tenant=tenant.key, group=tenant.cache_group
+        )
+        if max_tokens != parsed.max_tokens or parsed.max_tokens_given:
+            body["max_tokens"] = max_tokens
+            body.pop("max_completion_tokens", None)
+        endpoint = routing.choose(
+            state.catalog.endpoints.serving(parsed.model), state.in_flight, state.rng
+        )
+        if endpoint is None:
+            return self.refuse(
+                Rejected(
+                    reason=Reason.NO_ENDPOINTS,
+                    retry_after=5.0,
+                    message=f"no ready replica serves '{parsed.model}' right now",
+                )
+            )
+        self.log["endpoint"] = endpoint.url
+        path = "/v1/chat/completions" if self.kind == "chat" else "/v1/completions"
+        state.in_flight[endpoint.url] = state.in_flight.get(endpoint.url, 0) + 1
+        self.used_tokens = parsed.prompt_tokens  # the prompt is prefilled once sent
+        assert state.session is not None
+        try:
+            outcome = await proxy.forward(
+                session=state.session,
+                url=endpoint.url + path,
+                body=orjson.dumps(body),
+                request=self.request,
+                stream=parsed.stream,
+                deadline=due,
+                headers={"X-Request-Id": self.request_id},
+                served_by=model.name,
+            )
+        except proxy.UpstreamFailed as failed:
+            self.used_tokens = 0  # nothing was served
+            return self.refuse(failed.rejected)
+        finally:
+            state.in_flight[endpoint.url] -= 1
+        completion = (
+            outcome.completion_tokens
+            if outcome.completion_tokens is not None
+            else max(0, outcome.chunks - 2)
+        )
+        prompt = (
+            outcome.prompt_tokens if outcome.prompt_tokens is not None else parsed.prompt_tokens
+        )
+        self.used_tokens = prompt + completion
+        self.account(
+            outcome, tenant=tenant, model=model, cls=cls, prompt=prompt, completion=completion
+        )
+        assert outcome.response is not None
+        return outcome.response
+
+    def account(
+        self,
+        outcome: proxy.Outcome,
+        *,
+        tenant: Tenant,
+        model: Model,
+        cls: str,
+        prompt: int,
+        completion: int,
+    ) -> None:
+        m = self.state.metrics
+        now = time.monotonic()
+        if outcome.first_byte_at is not None:
+            m.ttft.labels(model.name, cls).observe(outcome.first_byte_at - self.started)
+            self.log["ttft_ms"] = round((outcome.first_byte_at - self.started) * 1000, 2)
+        for gap in outcome.gaps:
+            m.inter_token.labels(model.name, cls).observe(gap)
+        m.e2e.labels(model.name, cls).observe(now - self.started)
+        m.prompt_tokens.labels(tenant.key, model.name).inc(prompt)
+        m.completion_tokens.labels(tenant.key, model.name).inc(completion)
+        outcome_name = "served" if outcome.error is None and outcome.status < 400 else "failed"
+        reason = (
+            outcome.error.value
+            if outcome.error
+            else ("" if outcome.status < 400 else f"upstream_{outcome.status}")
+        )
+        m.requests.labels(model.name, cls, outcome_name, reason).inc()
+        self.log.update(
+            status=outcome.status,
+            outcome=outcome_name,
+            reason=reason,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+        )
+        self.write_log()
+
+    def observe_queue(self, pool: Pool, cls: str) -> None:
+        q = self.state.admitter.queue(pool.key)
+        self.state.metrics.queue_depth.labels(pool.key, cls).set(q.depth(cls))
+        self.state.metrics.queue_oldest_age.labels(pool.key, cls).set(
+            q.oldest_age(cls, time.monotonic())
+        )
+
+    def refuse(self, rejected: Rejected) -> web.Response:
+        model = str(self.log.get("model", ""))
+        self.state.metrics.requests.labels(
+            model, str(self.log.get("class", "")), "rejected", rejected.reason.value
+        ).inc()
+        self.log.update(status=rejected.status, outcome="rejected", reason=rejected.reason.value)
+        self.write_log()
+        return reject(rejected, self.request_id)
+
+    def write_log(self) -> None:
+        if self.state.settings.access_log:
+            self.log["total_ms"] = round((time.monotonic() - self.started) * 1000, 2)
+            access_log.info(json.dumps(self.log, separators=(",", ":")))
