@@ -13,6 +13,8 @@ commands:
                        run the OpenAI-compatible gateway (Kubernetes or static mode)
   tenant create-key NAME [-n NS] [--replace]
                        make an API key for a tenant: printed once, stored as a hash
+  plan --workload W.yaml --profile P.json
+                       size a fleet from token-level traffic and a measured replica profile
   dev up|down|status   the local platform (same as make up / make down)
   crds --write|--check DIR
                        render the CustomResourceDefinitions from tokenfleet.api
@@ -38,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         from tokenfleet.gateway.tenants import main as tenant
 
         return tenant(rest)
+    if command == "plan":
+        from tokenfleet.capacity.__main__ import main as plan
+
+        return plan(rest)
     if command == "dev":
         from tokenfleet.devstack.__main__ import main as dev
 
