@@ -163,13 +163,16 @@ class Autoscaling(Model):
         default=4, ge=1, description="Mean vllm:num_requests_waiting per ready worker."
     )
     scale_up_stabilization_seconds: int = Field(
-        default=15, ge=0, description="Highest recommendation over this window wins going up."
+        default=15,
+        ge=0,
+        description="Going up, the lowest recommendation of this window wins: a single "
+        "spike does not add replicas, a sustained rise does within seconds.",
     )
     scale_down_stabilization_seconds: int = Field(
         default=300,
         ge=0,
-        description="Highest recommendation over this window wins going down; long, so a lull "
-        "does not shed warm capacity that takes minutes to restore.",
+        description="Going down, the highest recommendation of this window wins; long, so a "
+        "lull does not shed warm capacity that takes minutes to restore.",
     )
     max_scale_up_step: int = Field(default=4, ge=1, description="Most replicas added per decision.")
     max_scale_down_step: int = Field(
