@@ -1,0 +1,265 @@
+"""The replica decision (pure): signals + policy + previous state + now → replicas + why.
+
+Each signal recommends a replica count against the capacity that is *ready* (so replicas still
+starting are credited, not re-requested): queue age over its target scales up in proportion,
+KV-cache usage and waiting requests scale both ways. The highest recommendation wins. Going up,
+the lowest recommendation of the short up-window wins (a lone spike adds nothing) unless the
+queue is in panic (age past a multiple of its target); going down, the highest of the long
+down-window wins. Then step limits, scheduled bounds (known events) and min/max. Missing or
+stale metrics hold the last decision: silence never scales down.
+
+The result is the *demand* handed to placement, which adds the warm floor and zone-loss headroom.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import math
+
+from tokenfleet.api.pool import Autoscaling, ReplicaBounds
+
+
+class Why(enum.StrEnum):
+    QUEUE_AGE = "QueueAge"
+    KV_CACHE = "KVCacheUsage"
+    WAITING = "WaitingRequests"
+    PANIC = "QueuePanic"
+    STARTING_ABSORB = "StartingReplicasAbsorb"
+    UP_STABILIZED = "ScaleUpStabilized"
+    DOWN_STABILIZED = "ScaleDownStabilized"
+    STEP_LIMITED = "StepLimited"
+    SCHEDULED_MIN = "ScheduledMinimum"
+    SCHEDULED_MAX = "ScheduledMaximum"
+    MIN_REPLICAS = "MinReplicas"
+    MAX_REPLICAS = "MaxReplicas"
+    METRICS_UNAVAILABLE = "MetricsUnavailable"
+    DISABLED = "AutoscalingDisabled"
+
+
+DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Window:
+    """Replica bounds for a known event, in UTC minutes of the day."""
+
+    days: frozenset[int]  # 0 = Monday
+    start_minute: int
+    end_minute: int  # before start: wraps midnight
+    min_replicas: int
+    max_replicas: int
+
+    def active(self, now: datetime.datetime) -> bool:
+        minute = now.hour * 60 + now.minute
+        if self.start_minute <= self.end_minute:
+            return now.weekday() in self.days and self.start_minute <= minute < self.end_minute
+        if minute >= self.start_minute:
+            return now.weekday() in self.days
+        return (now.weekday() - 1) % 7 in self.days and minute < self.end_minute
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """Targets and damping (seconds), from InferencePool.spec.autoscaling and .replicas."""
+
+    enabled: bool = True
+    target_queue_age: float = 0.5
+    target_kv_cache_usage: float = 0.8
+    target_waiting_per_replica: float = 4.0
+    up_window: float = 15.0
+    down_window: float = 300.0
+    max_up_step: int = 4
+    max_down_step: int = 1
+    panic_multiple: float = 3.0
+    min_replicas: int = 1
+    max_replicas: int = 10
+    schedules: tuple[Window, ...] = ()
+
+    @classmethod
+    def of(cls, autoscaling: Autoscaling, replicas: ReplicaBounds) -> Policy:
+        def minutes(hhmm: str) -> int:
+            hours, mins = hhmm.split(":")
+            return int(hours) * 60 + int(mins)
+
+        return cls(
+            enabled=autoscaling.enabled,
+            target_queue_age=autoscaling.target_queue_age_ms / 1000,
+            target_kv_cache_usage=autoscaling.target_kv_cache_usage,
+            target_waiting_per_replica=autoscaling.target_waiting_per_replica,
+            up_window=autoscaling.scale_up_stabilization_seconds,
+            down_window=autoscaling.scale_down_stabilization_seconds,
+            max_up_step=autoscaling.max_scale_up_step,
+            max_down_step=autoscaling.max_scale_down_step,
+            panic_multiple=autoscaling.panic_queue_age_multiple,
+            min_replicas=replicas.min,
+            max_replicas=replicas.max,
+            schedules=tuple(
+                Window(
+                    days=frozenset(DAYS.index(d) for d in w.days),
+                    start_minute=minutes(w.start),
+                    end_minute=minutes(w.end),
+                    min_replicas=w.min_replicas,
+                    max_replicas=w.max_replicas,
+                )
+                for w in autoscaling.schedules
+            ),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Signals:
+    """What Prometheus said this interval; None is "no series", never zero."""
+
+    oldest_queue_age: float | None = None  # seconds, max over gateway replicas
+    kv_cache_usage: float | None = None  # mean over ready workers, 0..1
+    waiting: float | None = None  # vllm:num_requests_waiting summed over ready workers
+    stale: bool = False  # a series stopped updating
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class State:
+    """Carried from one decision to the next."""
+
+    replicas: int
+    history: tuple[tuple[float, int], ...] = ()  # (unix seconds, raw recommendation)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    replicas: int
+    why: Why
+    message: str
+    recommendations: dict[str, int]
+    state: State
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Bounds:
+    low: int
+    high: int
+    low_why: Why
+    high_why: Why
+
+
+def _bounds(policy: Policy, now: datetime.datetime) -> Bounds:
+    low, high = policy.min_replicas, policy.max_replicas
+    low_why, high_why = Why.MIN_REPLICAS, Why.MAX_REPLICAS
+    for w in policy.schedules:
+        if w.active(now):
+            if w.min_replicas > low:
+                low, low_why = w.min_replicas, Why.SCHEDULED_MIN
+            if w.max_replicas < high:
+                high, high_why = w.max_replicas, Why.SCHEDULED_MAX
+    return Bounds(low, max(low, high), low_why, high_why)
+
+
+def recommend(policy: Policy, signals: Signals, ready: int) -> dict[Why, int]:
+    """Each present signal's replica count, against the ready capacity."""
+    base = max(1, ready)
+    out: dict[Why, int] = {}
+    if signals.oldest_queue_age is not None:
+        ratio = signals.oldest_queue_age / policy.target_queue_age
+        out[Why.QUEUE_AGE] = math.ceil(base * ratio - 1e-9) if ratio > 1 else 0
+    if signals.kv_cache_usage is not None:
+        out[Why.KV_CACHE] = math.ceil(
+            base * signals.kv_cache_usage / policy.target_kv_cache_usage - 1e-9
+        )
+    if signals.waiting is not None:
+        out[Why.WAITING] = math.ceil(signals.waiting / policy.target_waiting_per_replica - 1e-9)
+    return out
+
+
+def decide(
+    *,
+    policy: Policy,
+    signals: Signals,
+    state: State,
+    ready: int,
+    starting: int,
+    now: datetime.datetime,
+) -> Decision:
+    """The next replica count (the demand placement will honour) and why."""
+    bounds = _bounds(policy, now)
+    current = state.replicas
+    if not policy.enabled:
+        return _final(
+            bounds.low,
+            Why.DISABLED,
+            "autoscaling is off: replicas.min applies",
+            recs={},
+            state=state,
+            bounds=bounds,
+        )
+    recs = recommend(policy, signals, ready)
+    if signals.stale or not recs:
+        return _final(
+            current,
+            Why.METRICS_UNAVAILABLE,
+            "no fresh metrics: holding the last decision",
+            recs={},
+            state=state,
+            bounds=bounds,
+        )
+    why = max(recs, key=lambda k: (recs[k], k == Why.QUEUE_AGE))
+    raw = recs[why]
+    t = now.timestamp()
+    horizon = max(policy.up_window, policy.down_window)
+    history = (*((at, n) for at, n in state.history if t - at <= horizon), (t, raw))
+    shown = {k.value: v for k, v in recs.items()}
+    target, reason = raw, why
+    panic = (signals.oldest_queue_age or 0) > policy.panic_multiple * policy.target_queue_age
+    if raw > current:
+        if ready + starting >= raw and starting > 0:
+            target, reason = current, Why.STARTING_ABSORB
+        elif panic:
+            reason = Why.PANIC
+        else:
+            lowest = min(n for at, n in history if t - at <= policy.up_window)
+            if lowest < raw:
+                target, reason = max(current, lowest), Why.UP_STABILIZED
+    elif raw < current:
+        highest = max(n for at, n in history if t - at <= policy.down_window)
+        if highest > raw:
+            target, reason = min(current, highest), Why.DOWN_STABILIZED
+    stepped = min(max(target, current - policy.max_down_step), current + policy.max_up_step)
+    if stepped != target:
+        target, reason = stepped, Why.STEP_LIMITED
+    message = (
+        f"{reason.value}: {target} replicas (signals recommend {shown}; "
+        f"{ready} ready, {starting} starting)"
+    )
+    return _final(
+        target,
+        reason,
+        message,
+        recs=shown,
+        state=State(replicas=current, history=history),
+        bounds=bounds,
+    )
+
+
+def _final(
+    target: int, why: Why, message: str, *, recs: dict[str, int], state: State, bounds: Bounds
+) -> Decision:
+    low, high = bounds.low, bounds.high
+    if target < low:
+        target, why, message = (
+            low,
+            bounds.low_why,
+            f"{bounds.low_why.value}: raised to {low}; {message}",
+        )
+    elif target > high:
+        target, why, message = (
+            high,
+            bounds.high_why,
+            f"{bounds.high_why.value}: capped at {high}; {message}",
+        )
+    return Decision(
+        replicas=target,
+        why=why,
+        message=message,
+        recommendations=recs,
+        state=dataclasses.replace(state, replicas=target),
+    )

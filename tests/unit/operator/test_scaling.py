@@ -1,0 +1,324 @@
+"""The scaling decision as a table: each signal alone, ties, windows, step limits, starting
+credit, missing and stale metrics, schedules, panic, min/max."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+import pytest
+
+from tokenfleet.api.pool import Autoscaling, ReplicaBounds
+from tokenfleet.operator.policy import scaling
+from tokenfleet.operator.policy.scaling import Policy, Signals, State, Why, Window
+
+MONDAY_9 = datetime.datetime(2026, 11, 30, 9, 0, tzinfo=datetime.UTC)  # a Monday
+T = MONDAY_9.timestamp()
+BASE = Policy(
+    target_queue_age=1.0,
+    target_kv_cache_usage=0.8,
+    target_waiting_per_replica=4,
+    up_window=15,
+    down_window=300,
+    max_up_step=4,
+    max_down_step=1,
+    panic_multiple=3,
+    min_replicas=1,
+    max_replicas=20,
+)
+LAUNCH = Window(
+    days=frozenset({0}), start_minute=8 * 60, end_minute=12 * 60, min_replicas=12, max_replicas=20
+)
+NIGHT = Window(
+    days=frozenset({0}), start_minute=22 * 60, end_minute=2 * 60, min_replicas=9, max_replicas=20
+)
+CAPPED = Window(
+    days=frozenset({0}), start_minute=0, end_minute=24 * 60 - 1, min_replicas=1, max_replicas=5
+)
+
+
+def case(
+    case_id: str,
+    expected: int,
+    why: Why,
+    *,
+    signals: Signals,
+    replicas: int = 4,
+    ready: int | None = None,
+    starting: int = 0,
+    history: tuple[tuple[float, int], ...] = (),
+    now: datetime.datetime = MONDAY_9,
+    **policy: Any,
+) -> Any:
+    return pytest.param(
+        dataclasses.replace(BASE, **policy),
+        signals,
+        State(replicas=replicas, history=history),
+        replicas if ready is None else ready,
+        starting,
+        now,
+        expected,
+        why,
+        id=case_id,
+    )
+
+
+CASES = [
+    case("queue-age-doubles", 8, Why.QUEUE_AGE, signals=Signals(oldest_queue_age=2.0)),
+    case(
+        "queue-age-at-target-no-upward-pressure",
+        3,
+        Why.STEP_LIMITED,
+        signals=Signals(oldest_queue_age=1.0),
+    ),
+    case(
+        "queue-age-under-target-alone-steps-down",
+        3,
+        Why.STEP_LIMITED,
+        signals=Signals(oldest_queue_age=0.2),
+    ),
+    case("kv-over-target", 6, Why.KV_CACHE, replicas=5, signals=Signals(kv_cache_usage=0.96)),
+    case("kv-at-target-holds", 5, Why.KV_CACHE, replicas=5, signals=Signals(kv_cache_usage=0.8)),
+    case(
+        "kv-under-stabilized-by-recent-high",
+        8,
+        Why.DOWN_STABILIZED,
+        replicas=8,
+        signals=Signals(kv_cache_usage=0.4),
+        history=((T - 100, 8),),
+    ),
+    case(
+        "kv-under-after-the-window-steps-down",
+        7,
+        Why.STEP_LIMITED,
+        replicas=8,
+        signals=Signals(kv_cache_usage=0.4),
+        history=((T - 400, 8),),
+    ),
+    case("waiting-requests", 10, Why.WAITING, replicas=8, signals=Signals(waiting=40)),
+    case("waiting-zero-steps-down", 3, Why.STEP_LIMITED, signals=Signals(waiting=0)),
+    case(
+        "highest-signal-wins",
+        8,
+        Why.WAITING,
+        signals=Signals(oldest_queue_age=1.5, kv_cache_usage=0.9, waiting=32),
+    ),
+    case(
+        "tie-goes-to-queue-age", 8, Why.QUEUE_AGE, signals=Signals(oldest_queue_age=2.0, waiting=32)
+    ),
+    case(
+        "spike-within-up-window-held",
+        4,
+        Why.UP_STABILIZED,
+        signals=Signals(oldest_queue_age=2.0),
+        history=((T - 5, 4),),
+    ),
+    case(
+        "sustained-rise-after-up-window",
+        8,
+        Why.QUEUE_AGE,
+        signals=Signals(oldest_queue_age=2.0),
+        history=((T - 20, 4),),
+    ),
+    case(
+        "partial-rise-takes-the-window-low",
+        6,
+        Why.UP_STABILIZED,
+        signals=Signals(oldest_queue_age=2.0),
+        history=((T - 5, 6), (T - 3, 9)),
+    ),
+    case(
+        "panic-skips-stabilization",
+        16,
+        Why.PANIC,
+        signals=Signals(oldest_queue_age=4.0),
+        history=((T - 5, 4),),
+        max_up_step=20,
+    ),
+    case(
+        "panic-still-step-limited",
+        8,
+        Why.STEP_LIMITED,
+        signals=Signals(oldest_queue_age=4.0),
+        history=((T - 5, 4),),
+    ),
+    case(
+        "panic-threshold-is-strict",
+        4,
+        Why.UP_STABILIZED,
+        signals=Signals(oldest_queue_age=3.0),
+        history=((T - 5, 4),),
+    ),
+    case("step-limit-up", 8, Why.STEP_LIMITED, signals=Signals(waiting=80)),
+    case("step-limit-down", 9, Why.STEP_LIMITED, replicas=10, signals=Signals(kv_cache_usage=0.1)),
+    case(
+        "larger-down-step",
+        6,
+        Why.STEP_LIMITED,
+        replicas=10,
+        signals=Signals(kv_cache_usage=0.1),
+        max_down_step=4,
+    ),
+    case(
+        "starting-replicas-are-credited",
+        8,
+        Why.QUEUE_AGE,
+        replicas=8,
+        ready=4,
+        starting=4,
+        signals=Signals(oldest_queue_age=2.0),
+    ),
+    case(
+        "starting-replicas-absorb-a-rise",
+        5,
+        Why.STARTING_ABSORB,
+        replicas=5,
+        ready=2,
+        starting=4,
+        signals=Signals(oldest_queue_age=3.0),
+    ),
+    case("missing-metrics-hold", 6, Why.METRICS_UNAVAILABLE, replicas=6, signals=Signals()),
+    case(
+        "stale-metrics-hold-even-when-low",
+        6,
+        Why.METRICS_UNAVAILABLE,
+        replicas=6,
+        signals=Signals(kv_cache_usage=0.05, stale=True),
+    ),
+    case(
+        "missing-metrics-never-below-min",
+        3,
+        Why.MIN_REPLICAS,
+        replicas=2,
+        signals=Signals(),
+        min_replicas=3,
+    ),
+    case(
+        "disabled-uses-min",
+        3,
+        Why.DISABLED,
+        replicas=7,
+        signals=Signals(waiting=100),
+        enabled=False,
+        min_replicas=3,
+    ),
+    case(
+        "min-bound",
+        3,
+        Why.MIN_REPLICAS,
+        signals=Signals(kv_cache_usage=0.1),
+        min_replicas=3,
+        max_down_step=10,
+    ),
+    case("max-bound", 20, Why.MAX_REPLICAS, signals=Signals(waiting=400), max_up_step=200),
+    case(
+        "scheduled-minimum",
+        12,
+        Why.SCHEDULED_MIN,
+        signals=Signals(kv_cache_usage=0.1),
+        schedules=(LAUNCH,),
+    ),
+    case(
+        "schedule-not-today",
+        3,
+        Why.STEP_LIMITED,
+        signals=Signals(kv_cache_usage=0.1),
+        schedules=(LAUNCH,),
+        now=MONDAY_9 + datetime.timedelta(days=1),
+    ),
+    case(
+        "schedule-wraps-midnight",
+        9,
+        Why.SCHEDULED_MIN,
+        signals=Signals(kv_cache_usage=0.1),
+        schedules=(NIGHT,),
+        now=MONDAY_9.replace(hour=1) + datetime.timedelta(days=1),
+    ),
+    case(
+        "scheduled-maximum", 5, Why.SCHEDULED_MAX, signals=Signals(waiting=80), schedules=(CAPPED,)
+    ),
+    case(
+        "zero-ready-still-reads-waiting",
+        2,
+        Why.WAITING,
+        replicas=1,
+        ready=0,
+        signals=Signals(waiting=8),
+    ),
+    case(
+        "steady-state", 4, Why.KV_CACHE, signals=Signals(kv_cache_usage=0.8, oldest_queue_age=0.1)
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("policy", "signals", "state", "ready", "starting", "now", "expected", "why"), CASES
+)
+def test_decide(
+    policy: Policy,
+    signals: Signals,
+    state: State,
+    ready: int,
+    starting: int,
+    now: datetime.datetime,
+    expected: int,
+    why: Why,
+) -> None:
+    decision = scaling.decide(
+        policy=policy, signals=signals, state=state, ready=ready, starting=starting, now=now
+    )
+    assert (decision.replicas, decision.why) == (expected, why), decision.message
+    assert decision.state.replicas == decision.replicas
+    assert decision.message
+
+
+def test_history_keeps_only_the_longest_window() -> None:
+    state = State(replicas=4, history=((T - 1000, 9), (T - 200, 7), (T - 5, 5)))
+    decision = scaling.decide(
+        policy=BASE,
+        signals=Signals(kv_cache_usage=0.8),
+        state=state,
+        ready=4,
+        starting=0,
+        now=MONDAY_9,
+    )
+    assert [n for _, n in decision.state.history] == [7, 5, 4]
+
+
+def test_silence_never_scales_down_over_many_intervals() -> None:
+    state = State(replicas=6)
+    for minute in range(60):
+        decision = scaling.decide(
+            policy=BASE,
+            signals=Signals(),
+            state=state,
+            ready=6,
+            starting=0,
+            now=MONDAY_9 + datetime.timedelta(minutes=minute),
+        )
+        state = decision.state
+    assert state.replicas == 6
+
+
+def test_policy_from_the_crd_uses_seconds_and_weekdays() -> None:
+    autoscaling = Autoscaling.model_validate(
+        {
+            "targetQueueAgeMs": 300,
+            "scaleUpStabilizationSeconds": 10,
+            "schedules": [
+                {
+                    "name": "launch",
+                    "days": ["Mon"],
+                    "start": "08:00",
+                    "end": "12:00",
+                    "minReplicas": 12,
+                    "maxReplicas": 24,
+                }
+            ],
+        }
+    )
+    policy = Policy.of(autoscaling, ReplicaBounds(min=2, max=30))
+    assert policy.target_queue_age == 0.3 and policy.up_window == 10
+    assert policy.schedules[0].days == frozenset({0}) and policy.schedules[0].start_minute == 480
+    assert (policy.min_replicas, policy.max_replicas) == (2, 30)
