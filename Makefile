@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 export TOKENFLEET_CACHE ?= $(HOME)/.cache/tokenfleet
 # Debian packages the platform runs, as command:package (tools/preflight.sh installs them).
-export TOKENFLEET_APT := redis-server:redis-server
+export TOKENFLEET_APT := redis-server:redis-server prometheus:prometheus
 
 .PHONY: help up down status test unit integration lint crds bench clean preflight binaries
 

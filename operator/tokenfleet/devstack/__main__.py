@@ -88,6 +88,7 @@ The gateway (OpenAI-compatible) is on http://127.0.0.1:{gateway_port}, with a de
     -H "Authorization: Bearer $(cat {state_dir}/dev-api-key)" -H "Content-Type: application/json" \\
     -d '{{"model": "llama-3.1-8b-instruct", "messages": [{{"role": "user", "content": "Hello"}}]}}'
 
+Prometheus (scrapes every simulated vLLM and the gateway each second): {info.get("prometheus", "")}
 Logs: {state_dir}/logs/   Stop everything: make down
 """
 
@@ -136,7 +137,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(
         "starting etcd, kube-apiserver, controller-manager, scheduler, kwok, node agent"
         + (", operator" if args.operator or args.platform else "")
-        + (", redis, gateway" if args.platform else ""),
+        + (", redis, gateway" if args.platform else "")
+        + ", prometheus",
         end="",
         flush=True,
     )

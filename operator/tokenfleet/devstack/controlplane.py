@@ -23,6 +23,7 @@ class Ports:
     kwok: int
     redis: int
     gateway: int
+    prometheus: int
 
     def shifted(self, offset: int) -> Ports:
         """Every port moved by ``offset`` (to run beside another stack)."""
@@ -43,6 +44,7 @@ DEFAULT_PORTS = Ports(
     kwok=10247,
     redis=26379,
     gateway=8080,
+    prometheus=9090,
 )
 
 

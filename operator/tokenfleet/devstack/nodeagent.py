@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from tokenfleet.devstack import processes, simulated
+from tokenfleet.devstack import processes, prometheus, simulated
 from tokenfleet.kubeapi import ApiError, KubeApi, Obj
 
 log = logging.getLogger("tokenfleet.devstack.nodeagent")
@@ -95,7 +95,9 @@ class RunningSim:
 class NodeAgent:
     """Watches nodes and pods; keeps one simulator per eligible pod."""
 
-    def __init__(self, *, api: KubeApi, sim_binary: Path, logs: Path) -> None:
+    def __init__(
+        self, *, api: KubeApi, sim_binary: Path, logs: Path, targets_dir: Path | None = None
+    ) -> None:
         self._api = api
         self._sim_binary = sim_binary
         self._logs = logs
@@ -106,6 +108,8 @@ class NodeAgent:
         self._not_before: dict[str, float] = {}  # pod uid → monotonic time of the next start
         self._wake = asyncio.Event()
         self._session: aiohttp.ClientSession | None = None
+        self._targets_dir = targets_dir
+        self._published = ""
 
     async def run(self) -> None:
         """Reconcile until cancelled; stops every simulator on the way out."""
@@ -195,9 +199,30 @@ class NodeAgent:
         for uid, spec in wanted.items():
             if uid not in self._sims and time.monotonic() >= self._not_before.get(uid, 0.0):
                 await self._start(spec)
+        self._publish_targets()
         for uid in set(self._crashes) - set(self._pods):
             self._crashes.pop(uid, None)
             self._not_before.pop(uid, None)
+
+    def _publish_targets(self) -> None:
+        """Running simulators as Prometheus file_sd targets (only when they changed)."""
+        if self._targets_dir is None:
+            return
+        text = prometheus.targets(
+            (
+                s.spec.pod_ip,
+                s.spec.port,
+                {
+                    **dict(s.spec.pod_labels),
+                    "__namespace": s.spec.pod_key.split("/")[0],
+                    "__pod": s.spec.pod_key.split("/")[1],
+                },
+            )
+            for s in self._sims.values()
+        )
+        if text != self._published:
+            prometheus.write_targets(self._targets_dir, text)
+            self._published = text
 
     async def _start(self, spec: simulated.SimSpec) -> None:
         listen = _free_port()

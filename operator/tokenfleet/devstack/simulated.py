@@ -31,6 +31,7 @@ class SimSpec:
     model: str
     served_names: tuple[str, ...]
     extra_args: tuple[str, ...]
+    pod_labels: tuple[tuple[str, str], ...] = ()  # for Prometheus target labels
 
     def env(self) -> dict[str, str]:
         """What a kubelet's downward API would give the engine (the simulator needs POD_IP)."""
@@ -123,4 +124,5 @@ def sim_spec(pod: dict[str, Any]) -> SimSpec | None:
         model=model,
         served_names=served,
         extra_args=passed + extra,
+        pod_labels=tuple(sorted(meta.get("labels", {}).items())),
     )

@@ -26,7 +26,7 @@ from typing import IO, Any
 
 import aiohttp
 
-from tokenfleet.devstack import controlplane, nodes, pki, platform, processes
+from tokenfleet.devstack import controlplane, nodes, pki, platform, processes, prometheus
 from tokenfleet.devstack.controlplane import Files, Ports
 from tokenfleet.devstack.kwokstages import STAGES
 from tokenfleet.devstack.nodeagent import NodeAgent
@@ -182,10 +182,12 @@ class Stack:
                 await self._create_nodes(api)
                 await self._reboot_pods(api)
                 await asyncio.to_thread(self._apply_crds)
+                await self._start_prometheus(session)
                 agent = NodeAgent(
                     api=api,
                     sim_binary=self.options.bin_dir / "llm-d-inference-sim",
                     logs=self.files.logs,
+                    targets_dir=self.options.state_dir / "prometheus",
                 )
                 agent_task = asyncio.create_task(agent.run())
                 if self.options.operator or self.options.platform:
@@ -286,6 +288,40 @@ class Stack:
             if done.returncode != 0:
                 raise StackError(f"{' '.join(argv[1:3])} failed: {done.stderr.strip()}")
 
+    async def _start_prometheus(self, session: aiohttp.ClientSession) -> None:
+        """Scrapes the simulators (targets written by the node agent) and the gateway, every 1 s."""
+        folder = self.options.state_dir / "prometheus"
+        folder.mkdir(parents=True, exist_ok=True)
+        prometheus.write_targets(folder, "[]")
+        config = folder / "prometheus.yml"
+        config.write_text(
+            prometheus.config(
+                targets_dir=folder,
+                gateway_port=self.ports.gateway if self.options.platform else None,
+            )
+        )
+        child = processes.spawn(
+            "prometheus",
+            prometheus.argv(
+                config_file=config, data_dir=folder / "data", port=self.ports.prometheus
+            ),
+            log=self.files.logs / "prometheus.log",
+        )
+        self._children.append(child)
+        url = f"http://127.0.0.1:{self.ports.prometheus}/-/ready"
+        deadline = time.monotonic() + HEALTH_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            if not child.alive():
+                raise StackError(f"prometheus exited during start-up:\n{child.tail()}")
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                    if resp.status == 200:
+                        return
+            await asyncio.sleep(0.2)
+        raise StackError(
+            f"prometheus not ready after {HEALTH_TIMEOUT_SECONDS:.0f} s:\n{child.tail()}"
+        )
+
     def _kubectl(self, *args: str, stdin: str | None = None) -> str:
         """kubectl as the admin user."""
         argv = [str(self.options.bin_dir / "kubectl"), *args]
@@ -366,6 +402,7 @@ class Stack:
             "server": self.server,
             "ports": self.ports.named(),
             "podNetwork": f"127.{self.options.shape.pod_octet}.0.0/16",
+            "prometheus": f"http://127.0.0.1:{self.ports.prometheus}",
             "startSeconds": round(time.monotonic() - started, 2),
             "children": {c.name: c.popen.pid for c in self._children},
         }

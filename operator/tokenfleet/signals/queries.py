@@ -1,0 +1,42 @@
+"""PromQL for one pool's scaling signals (pure: strings in, strings out).
+
+Workers are selected by the labels Prometheus attaches from their pods (namespace, pool);
+the gateway's own series carry the pool as ``namespace/name``. Each vLLM metric is read by
+its current name, falling back to its deprecated alias (``or``), so mixed fleets read alike.
+"""
+
+from __future__ import annotations
+
+from tokenfleet.signals import gateway, vllm
+
+
+def _selector(namespace: str, pool: str) -> str:
+    return f'{{namespace="{namespace}",pool="{pool}"}}'
+
+
+def _either(aggregate: str, names: tuple[str, ...], selector: str) -> str:
+    return " or ".join(f"{aggregate}({name}{selector})" for name in names)
+
+
+def kv_cache_usage(namespace: str, pool: str) -> str:
+    """Mean KV-cache usage (0..1) over the pool's workers."""
+    return _either("avg", vllm.KV_CACHE_USAGE, _selector(namespace, pool))
+
+
+def waiting(namespace: str, pool: str) -> str:
+    """Requests waiting inside the engines of the pool."""
+    return _either("sum", vllm.WAITING, _selector(namespace, pool))
+
+
+def running(namespace: str, pool: str) -> str:
+    return _either("sum", vllm.RUNNING, _selector(namespace, pool))
+
+
+def oldest_queue_age(namespace: str, pool: str) -> str:
+    """The oldest request queued in any gateway replica for this pool (seconds)."""
+    return f'max({gateway.QUEUE_OLDEST_AGE}{{pool="{namespace}/{pool}"}})'
+
+
+def generation_rate(namespace: str, pool: str, window: str = "1m") -> str:
+    """Tokens generated per second by the pool."""
+    return f"sum(rate({vllm.GENERATION_TOKENS[0]}{_selector(namespace, pool)}[{window}]))"
