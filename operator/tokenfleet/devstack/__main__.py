@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tokenfleet.devstack import controlplane, nodes, stack
+from tokenfleet.devstack import controlplane, nodes, platform, stack
 
 DEFAULT_STATE = Path(".tokenfleet")
 DEFAULT_BIN = (
@@ -60,7 +60,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
     try:
         stack.serve(_options(args))
-    except stack.StackError as exc:
+    except (stack.StackError, platform.PlatformError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -167,12 +167,13 @@ def kwok(bin_dir: Path, ports: Ports, files: Files) -> list[str]:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Component:
-    """One process of the control plane and the URL that says it is healthy."""
+    """One process of the stack and the URL that says it is healthy."""
 
     name: str
     argv: list[str]
     health_url: str
-    needs_token: bool
+    needs_token: bool = False
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def components(bin_dir: Path, ports: Ports, files: Files) -> list[Component]:

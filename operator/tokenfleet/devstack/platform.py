@@ -6,15 +6,12 @@ least-privilege account of manifests/gateway, exactly as it would in a cluster.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import shutil
 import sys
 from pathlib import Path
 
-import aiohttp
-
-from tokenfleet.devstack import processes
+from tokenfleet.devstack.controlplane import Component
 
 DEV_TENANT = "dev"
 DEV_NAMESPACE = "default"
@@ -62,13 +59,14 @@ def salt_file(state_dir: Path) -> Path:
     return path
 
 
-def start_gateway(
-    *, state_dir: Path, logs: Path, kubeconfig: Path, port: int, redis_port: int
-) -> processes.Child:
-    return processes.spawn(
-        "tokenfleet-gateway",
-        gateway_argv(port, redis_port),
-        log=logs / "gateway.log",
+def gateway_component(
+    *, state_dir: Path, kubeconfig: Path, port: int, redis_port: int
+) -> Component:
+    """The gateway as a stack component: its argv, environment and health URL."""
+    return Component(
+        name="tokenfleet-gateway",
+        argv=gateway_argv(port, redis_port),
+        health_url=f"http://127.0.0.1:{port}/healthz",
         env={
             "KUBECONFIG": str(kubeconfig),
             "TOKENFLEET_SALT_SECRET_FILE": str(salt_file(state_dir)),
@@ -86,19 +84,3 @@ async def ensure_dev_key(state_dir: Path, admin_kubeconfig: Path) -> Path:
         path.write_text(key + "\n")
         path.chmod(0o600)
     return path
-
-
-async def wait_healthy(url: str, child: processes.Child, timeout: float = 60.0) -> None:
-    async with aiohttp.ClientSession() as session:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while asyncio.get_running_loop().time() < deadline:
-            if not child.alive():
-                raise PlatformError(f"{child.name} exited during start-up:\n{child.tail()}")
-            try:
-                async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
-                    if resp.status == 200:
-                        return
-            except (aiohttp.ClientError, TimeoutError):
-                pass
-            await asyncio.sleep(0.2)
-    raise PlatformError(f"{child.name} not healthy after {timeout:.0f} s:\n{child.tail()}")

@@ -182,7 +182,7 @@ class Stack:
                 await self._create_nodes(api)
                 await self._reboot_pods(api)
                 await asyncio.to_thread(self._apply_crds)
-                await self._start_prometheus(session)
+                await self._start_prometheus(token, session)
                 agent = NodeAgent(
                     api=api,
                     sim_binary=self.options.bin_dir / "llm-d-inference-sim",
@@ -193,7 +193,7 @@ class Stack:
                 if self.options.operator or self.options.platform:
                     await asyncio.to_thread(self._start_operator)
                 if self.options.platform:
-                    await self._start_platform()
+                    await self._start_platform(session)
                 self._announce(started)
                 await stop.wait()
                 agent_task.cancel()
@@ -221,7 +221,10 @@ class Stack:
         if not binary.exists():
             raise StackError(f"{binary} is missing: run tools/build.sh (make up does) first")
         child = processes.spawn(
-            component.name, component.argv, log=self.files.logs / f"{component.name}.log"
+            component.name,
+            component.argv,
+            log=self.files.logs / f"{component.name}.log",
+            env=component.env,
         )
         self._children.append(child)
         headers = {"Authorization": f"Bearer {token}"} if component.needs_token else {}
@@ -288,38 +291,20 @@ class Stack:
             if done.returncode != 0:
                 raise StackError(f"{' '.join(argv[1:3])} failed: {done.stderr.strip()}")
 
-    async def _start_prometheus(self, session: aiohttp.ClientSession) -> None:
+    async def _start_prometheus(self, token: str, session: aiohttp.ClientSession) -> None:
         """Scrapes the simulators (targets written by the node agent) and the gateway, every 1 s."""
         folder = self.options.state_dir / "prometheus"
         folder.mkdir(parents=True, exist_ok=True)
         prometheus.write_targets(folder, "[]")
         config = folder / "prometheus.yml"
-        config.write_text(
-            prometheus.config(
-                targets_dir=folder,
-                gateway_port=self.ports.gateway if self.options.platform else None,
-            )
+        gateway = self.ports.gateway if self.options.platform else None
+        config.write_text(prometheus.config(targets_dir=folder, gateway_port=gateway))
+        argv = prometheus.argv(
+            config_file=config, data_dir=folder / "data", port=self.ports.prometheus
         )
-        child = processes.spawn(
-            "prometheus",
-            prometheus.argv(
-                config_file=config, data_dir=folder / "data", port=self.ports.prometheus
-            ),
-            log=self.files.logs / "prometheus.log",
-        )
-        self._children.append(child)
-        url = f"http://127.0.0.1:{self.ports.prometheus}/-/ready"
-        deadline = time.monotonic() + HEALTH_TIMEOUT_SECONDS
-        while time.monotonic() < deadline:
-            if not child.alive():
-                raise StackError(f"prometheus exited during start-up:\n{child.tail()}")
-            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
-                async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
-                    if resp.status == 200:
-                        return
-            await asyncio.sleep(0.2)
-        raise StackError(
-            f"prometheus not ready after {HEALTH_TIMEOUT_SECONDS:.0f} s:\n{child.tail()}"
+        health = f"http://127.0.0.1:{self.ports.prometheus}/-/ready"
+        await self._start(
+            controlplane.Component(name="prometheus", argv=argv, health_url=health), token, session
         )
 
     def _kubectl(self, *args: str, stdin: str | None = None) -> str:
@@ -367,22 +352,20 @@ class Stack:
         config.chmod(0o600)
         return config
 
-    async def _start_platform(self) -> None:
+    async def _start_platform(self, session: aiohttp.ClientSession) -> None:
         """Redis, the gateway, the dev tenant with its key, and the examples to call."""
         redis = processes.spawn(
             "redis", platform.redis_argv(self.ports.redis), log=self.files.logs / "redis.log"
         )
         self._children.append(redis)
         config = await asyncio.to_thread(self._account_kubeconfig, "gateway")
-        gateway = platform.start_gateway(
+        gateway = platform.gateway_component(
             state_dir=self.options.state_dir,
-            logs=self.files.logs,
             kubeconfig=config,
             port=self.ports.gateway,
             redis_port=self.ports.redis,
         )
-        self._children.append(gateway)
-        await platform.wait_healthy(f"http://127.0.0.1:{self.ports.gateway}/healthz", gateway)
+        await self._start(gateway, "", session)
         await asyncio.to_thread(self._kubectl, "apply", "-f", "-", stdin=platform.DEV_TENANT_YAML)
         await platform.ensure_dev_key(self.options.state_dir, self.files.kubeconfig)
         examples = REPO / "examples"
