@@ -55,7 +55,7 @@ def test_up_serves_the_examples_through_the_gateway_and_down_cleans_up(tmp_path:
         wait_for("the example model to answer through the gateway", answers, timeout=90, every=1.0)
         env = {**os.environ, "KUBECONFIG": info["kubeconfig"]}
 
-        def ready_replicas() -> int:
+        def settled() -> dict[str, int] | None:
             pools = subprocess.run(
                 [str(BIN_DIR / "kubectl"), "get", "tfpool", "chat-h100", "-o", "json"],
                 capture_output=True,
@@ -63,9 +63,13 @@ def test_up_serves_the_examples_through_the_gateway_and_down_cleans_up(tmp_path:
                 env=env,
                 check=True,
             )
-            return int(json.loads(pools.stdout).get("status", {}).get("readyReplicas", 0))
+            status = json.loads(pools.stdout).get("status", {})
+            desired, ready = int(status.get("replicas", 0)), int(status.get("readyReplicas", 0))
+            return {"desired": desired, "ready": ready} if desired and ready == desired else None
 
-        wait_for("the example pool's 9 replicas", lambda: ready_replicas() == 9, timeout=90)
+        # min 6 with tolerateLoss 1 makes 9; the example's Monday-morning schedule asks for more.
+        counts = wait_for("the example pool's replicas all ready", settled, timeout=120)
+        assert counts["desired"] >= 9
         assert "llama-3.1-8b-instruct" in [m.id for m in client.models.list()]
     finally:
         down = devstack("down", "--state-dir", str(state))

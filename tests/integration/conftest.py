@@ -43,9 +43,11 @@ def operator_kubeconfig(cluster: Cluster, tmp_path_factory: pytest.TempPathFacto
 
 @pytest.fixture(scope="session")
 def operator(
-    operator_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
+    cluster: Cluster, operator_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[subprocess.Popen[bytes]]:
     log = tmp_path_factory.mktemp("oplog") / "operator.log"
-    with running_operator(operator_kubeconfig, log) as process:
+    with running_operator(
+        operator_kubeconfig, log, prometheus=cluster.info["prometheus"]
+    ) as process:
         yield process
     assert "Traceback" not in log.read_text(), log.read_text()[-3000:]

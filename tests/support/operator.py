@@ -37,11 +37,18 @@ def service_account_kubeconfig(
 
 
 @contextmanager
-def running_operator(kubeconfig: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def running_operator(
+    kubeconfig: Path, log: Path, prometheus: str = ""
+) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("ab") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "tokenfleet.operator", "--verbose"],
-            env={**os.environ, "KUBECONFIG": str(kubeconfig), "TOKENFLEET_RECONCILE_SECONDS": "1"},
+            env={
+                **os.environ,
+                "KUBECONFIG": str(kubeconfig),
+                "TOKENFLEET_RECONCILE_SECONDS": "1",
+                "TOKENFLEET_PROMETHEUS_URL": prometheus,
+            },
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=REPO,

@@ -356,6 +356,26 @@ class ScalingDecision(Model):
     time: str = Field(description="RFC 3339 time of the decision.")
 
 
+class AutoscalingStatus(Model):
+    """What the autoscaler saw and decided last."""
+
+    demand: int = Field(
+        default=0, description="Replicas the signals asked for (before warm floor and headroom)."
+    )
+    reason: str = Field(
+        default="", description="Which signal or limit decided, e.g. QueueAge, ScaleDownStabilized."
+    )
+    message: str = Field(default="", description="The decision explained.")
+    recommendations: dict[str, int] = Field(
+        default_factory=dict, description="Each signal's recommended replicas at the last decision."
+    )
+    decisions: list[ScalingDecision] = Field(
+        default_factory=list,
+        max_length=10,
+        description="The last decisions that changed the demand.",
+    )
+
+
 class InferencePoolStatus(Model):
     """Observed state of the pool, written by the operator."""
 
@@ -370,6 +390,10 @@ class InferencePoolStatus(Model):
     )
     last_scaling: ScalingDecision | None = Field(
         default=None, description="The most recent scaling decision."
+    )
+    autoscaling: AutoscalingStatus | None = Field(
+        default=None,
+        description="The autoscaler's view: signals' recommendations and recent decisions.",
     )
     conditions: list[Condition] = conditions_field()
 

@@ -15,6 +15,13 @@ class OperatorConfig:
     stale status can get; watch events (pool, model, node or pod readiness changes) prompt a
     pass sooner."""
 
+    prometheus_url: str = ""
+    """Where the scaling signals are read; empty: no autoscaling, replicas.min and the warm
+    floor decide."""
+
     @classmethod
     def from_env(cls) -> OperatorConfig:
-        return cls(interval_seconds=float(os.environ.get("TOKENFLEET_RECONCILE_SECONDS", "5")))
+        return cls(
+            interval_seconds=float(os.environ.get("TOKENFLEET_RECONCILE_SECONDS", "5")),
+            prometheus_url=os.environ.get("TOKENFLEET_PROMETHEUS_URL", ""),
+        )

@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from tokenfleet.api import labels
@@ -129,6 +130,7 @@ def worker_deployment(
     owner: Owner,
     zone: str,
     replicas: int,
+    pod_annotations: Mapping[str, str] | None = None,
 ) -> Manifest:
     """The Deployment that runs ``replicas`` workers of ``model`` in one ``zone``."""
     revision = revision_of(model)
@@ -174,7 +176,7 @@ def worker_deployment(
                 "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
             },
             "template": {
-                "metadata": {"labels": pod_labels},
+                "metadata": {"labels": pod_labels, "annotations": dict(pod_annotations or {})},
                 "spec": {
                     "nodeSelector": selector,
                     "tolerations": [t.to_wire() for t in accel.tolerations],

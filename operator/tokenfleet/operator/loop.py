@@ -22,10 +22,12 @@ from kubernetes.client.exceptions import ApiException
 
 from tokenfleet.api.deployment import ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.operator import k8s, models, plan, tenants
+from tokenfleet.operator import desired, k8s, models, observed, plan, reporting, tenants
 from tokenfleet.operator.config import OperatorConfig
 from tokenfleet.operator.k8s import Kube
+from tokenfleet.operator.policy import scaling
 from tokenfleet.operator.reporting import Event
+from tokenfleet.operator.signals_source import PrometheusSignals
 
 log = logging.getLogger("tokenfleet.operator")
 
@@ -54,8 +56,17 @@ def _bodies(index: Index) -> Iterable[dict[str, Any]]:
 class Reconciler:
     """Owns the loop; handlers only set :attr:`wake`."""
 
-    def __init__(self, *, kube: Kube, indexes: Indexes, config: OperatorConfig) -> None:
+    def __init__(
+        self,
+        *,
+        kube: Kube,
+        indexes: Indexes,
+        config: OperatorConfig,
+        signals: PrometheusSignals | None = None,
+    ) -> None:
         self.kube = kube
+        self.signals = signals  # None: no Prometheus, so the bounds alone decide
+        self.scaling: dict[str, scaling.State] = {}
         self.indexes = indexes
         self.config = config
         self.wake = asyncio.Event()
@@ -128,6 +139,7 @@ class Reconciler:
         except pydantic.ValidationError as exc:
             await self._invalid(body, exc, now)
             return
+        demand, autoscaling, metrics_ok = await self._autoscale(body, spec, model, now)
         decided = plan.plan_pool(
             plan.PoolInputs(
                 namespace=ns,
@@ -142,6 +154,12 @@ class Reconciler:
                 sets=_items(self.indexes.sets, (ns, name)),
                 nodes=_items(self.indexes.nodes, "all"),
                 now=now,
+                demand=demand,
+                model_annotations=dict(
+                    (model_body or {}).get("metadata", {}).get("annotations") or {}
+                ),
+                autoscaling=autoscaling,
+                metrics_ok=metrics_ok,
             )
         )
         for manifest in decided.apply:
@@ -149,6 +167,58 @@ class Reconciler:
         for stale in decided.delete:
             await asyncio.to_thread(self.kube.delete, "apps/v1", "Deployment", ns, stale)
         await self._report(body, "InferencePool", decided.status, decided.events, now)
+
+    async def _autoscale(
+        self,
+        body: dict[str, Any],
+        spec: InferencePoolSpec,
+        model: ModelDeploymentSpec | None,
+        now: datetime.datetime,
+    ) -> tuple[int, dict[str, Any] | None, bool | None]:
+        """Demand for the pool from its signals: (replicas, status block, metrics fresh?)."""
+        if self.signals is None or model is None:
+            return 0, None, None
+        meta = body["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        old = (body.get("status") or {}).get("autoscaling") or {}
+        state = self.scaling.get(f"{ns}/{name}") or scaling.State(
+            replicas=int(old.get("demand") or spec.replicas.min)
+        )
+        signals = await asyncio.to_thread(self.signals.read, ns, name)
+        revision = desired.revision_of(model)
+        pods = _items(self.indexes.pods, (ns, name))
+        ready = sum(1 for p in pods if p.revision == revision and p.ready and not p.terminating)
+        starting = observed.starting(
+            pods, revision, now=now, within=spec.autoscaling.readiness_delay_seconds
+        )
+        decision = scaling.decide(
+            policy=scaling.Policy.of(spec.autoscaling, spec.replicas),
+            signals=signals,
+            state=state,
+            ready=ready,
+            starting=starting,
+            now=now,
+        )
+        self.scaling[f"{ns}/{name}"] = decision.state
+        decisions = list(old.get("decisions") or [])
+        if decision.replicas != old.get("demand"):
+            decisions = [
+                *decisions,
+                {
+                    "replicas": decision.replicas,
+                    "reason": decision.why.value,
+                    "message": decision.message[:300],
+                    "time": reporting.timestamp(now),
+                },
+            ][-10:]
+        block = {
+            "demand": decision.replicas,
+            "reason": decision.why.value,
+            "message": decision.message,
+            "recommendations": decision.recommendations,
+            "decisions": decisions,
+        }
+        return decision.replicas, block, decision.why != scaling.Why.METRICS_UNAVAILABLE
 
     async def _report_model(
         self, body: dict[str, Any], owners: dict[tuple[str, str], str], now: datetime.datetime

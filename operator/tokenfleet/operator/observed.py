@@ -27,6 +27,7 @@ class WorkerPod:
     ready: bool
     terminating: bool
     unschedulable_since: datetime.datetime | None
+    created: datetime.datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +75,7 @@ def worker_pod(obj: Mapping[str, Any]) -> WorkerPod:
         ready=_condition(obj, "Ready").get("status") == "True",
         terminating=bool(meta.get("deletionTimestamp")),
         unschedulable_since=_time(scheduled.get("lastTransitionTime")) if unschedulable else None,
+        created=_time(meta.get("creationTimestamp")),
     )
 
 
@@ -153,3 +155,18 @@ def replicas_by_zone(sets: Iterable[WorkerSet], revision: str) -> dict[str, int]
         if s.revision == revision:
             out[s.zone] = out.get(s.zone, 0) + s.replicas
     return out
+
+
+def starting(
+    pods: Iterable[WorkerPod], revision: str, *, now: datetime.datetime, within: float
+) -> int:
+    """Pods of ``revision`` not Ready yet but younger than ``within`` seconds (still loading)."""
+    return sum(
+        1
+        for p in pods
+        if p.revision == revision
+        and not p.ready
+        and not p.terminating
+        and p.created is not None
+        and (now - p.created).total_seconds() < within
+    )

@@ -11,6 +11,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tokenfleet.api import labels
 from tokenfleet.api.deployment import ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.operator import desired, observed, reporting
@@ -35,6 +36,9 @@ class PoolInputs:
     nodes: Sequence[observed.NodeRecord]
     now: datetime.datetime
     demand: int = 0  # the autoscaler's wish; 0 lets the bounds decide
+    model_annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    autoscaling: Mapping[str, Any] | None = None  # the autoscaler's status block, when it runs
+    metrics_ok: bool | None = None  # None: no autoscaler; False: its signals were unreadable
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,6 +120,9 @@ def _workers(
             owner=owner,
             zone=zone,
             replicas=count,
+            pod_annotations={
+                k: v for k, v in inputs.model_annotations.items() if k.startswith(labels.SIM_PREFIX)
+            },
         )
         for zone, count in sorted(step.items())
         if count > 0
@@ -213,12 +220,32 @@ def _status(
         condition(old_conditions, type=t, status=s, reason=r, message=m, now=now, generation=gen)
         for t, (s, r, m) in (("Ready", ready_c), ("Progressing", progress), ("Degraded", degraded))
     ]
+    if inputs.metrics_ok is not None:
+        missing = not inputs.metrics_ok
+        conditions.append(
+            condition(
+                old_conditions,
+                type="MetricsUnavailable",
+                status=missing,
+                reason="SignalsUnreadable" if missing else "SignalsFresh",
+                message="Prometheus did not answer or the pool's series are stale: holding "
+                "the last "
+                "decision, never scaling down on silence"
+                if missing
+                else "scaling signals are fresh",
+                now=now,
+                generation=gen,
+            )
+        )
     last = old.get("lastScaling") or {}
-    if last.get("replicas") != placed.total or last.get("reason") != placed.why.value:
+    why, message = placed.why.value, placed.message
+    if placed.why == placement.Why.DEMAND and inputs.autoscaling:  # say which signal asked
+        why, message = str(inputs.autoscaling["reason"]), str(inputs.autoscaling["message"])
+    if last.get("replicas") != placed.total or last.get("reason") != why:
         last = {
             "replicas": placed.total,
-            "reason": placed.why.value,
-            "message": placed.message,
+            "reason": why,
+            "message": message,
             "time": reporting.timestamp(now),
         }
     warm = sum(min(ready.get(z, 0), inputs.spec.warm.per_zone) for z in healthy)
@@ -239,7 +266,7 @@ def _status(
         ],
         "lastScaling": last,
         "conditions": conditions,
-    }
+    } | ({"autoscaling": dict(inputs.autoscaling)} if inputs.autoscaling is not None else {})
 
 
 def _events(inputs: PoolInputs, status: Mapping[str, Any]) -> list[Event]:

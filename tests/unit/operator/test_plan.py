@@ -267,3 +267,47 @@ def test_model_status(overrides: dict[str, Any], phase: str, reason: str) -> Non
         assert [e.reason for e in events] == [reason]
         _, again = models.plan_model(model_inputs(**overrides, status=status))
         assert again == []  # told once, not every pass
+
+
+def test_autoscaler_demand_is_placed_and_explained() -> None:
+    block = {
+        "demand": 9,
+        "reason": "QueueAge",
+        "message": "QueueAge: 9 replicas",
+        "recommendations": {"QueueAge": 9},
+        "decisions": [],
+    }
+    result = plan.plan_pool(inputs(demand=9, autoscaling=block, metrics_ok=True))
+    assert result.status["replicas"] == 9 and applied_sets(result) == dict.fromkeys(ZONES, 3)
+    assert result.status["lastScaling"]["reason"] == "QueueAge"
+    assert result.status["autoscaling"] == block
+    assert cond(result, "MetricsUnavailable")["status"] == "False"
+
+
+def test_unreadable_metrics_are_a_condition() -> None:
+    result = plan.plan_pool(
+        inputs(
+            autoscaling={
+                "demand": 6,
+                "reason": "MetricsUnavailable",
+                "message": "",
+                "recommendations": {},
+                "decisions": [],
+            },
+            metrics_ok=False,
+        )
+    )
+    missing = cond(result, "MetricsUnavailable")
+    assert missing["status"] == "True" and "never scaling down on silence" in missing["message"]
+
+
+def test_sim_annotations_reach_the_worker_pods_and_nothing_else() -> None:
+    result = plan.plan_pool(
+        inputs(
+            model_annotations={"sim.tokenfleet.io/args": "--time-to-first-token 1s", "team": "x"}
+        )
+    )
+    template = next(m for m in result.apply if m["kind"] == "Deployment")["spec"]["template"]
+    assert template["metadata"]["annotations"] == {
+        "sim.tokenfleet.io/args": "--time-to-first-token 1s"
+    }

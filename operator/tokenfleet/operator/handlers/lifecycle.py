@@ -12,6 +12,7 @@ import kopf
 from tokenfleet.operator.config import OperatorConfig
 from tokenfleet.operator.k8s import Kube
 from tokenfleet.operator.loop import Indexes, Reconciler
+from tokenfleet.operator.signals_source import PrometheusSignals
 
 
 @kopf.on.startup()
@@ -29,7 +30,9 @@ async def start(*, settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
         sets=kwargs["sets_index"],
         nodes=kwargs["nodes_index"],
     )
-    reconciler = Reconciler(kube=Kube.connect(), indexes=indexes, config=OperatorConfig.from_env())
+    config = OperatorConfig.from_env()
+    signals = PrometheusSignals(config.prometheus_url) if config.prometheus_url else None
+    reconciler = Reconciler(kube=Kube.connect(), indexes=indexes, config=config, signals=signals)
     memo.reconciler = reconciler
     memo.loop_task = asyncio.create_task(reconciler.run())
 
