@@ -334,8 +334,10 @@ class Stack:
                 "tokenfleet-operator",
                 [sys.executable, "-m", "tokenfleet.operator"],
                 log=self.files.logs / "operator.log",
-                env={"KUBECONFIG": str(config),
-                     "TOKENFLEET_PROMETHEUS_URL": f"http://127.0.0.1:{self.ports.prometheus}"},
+                env={
+                    "KUBECONFIG": str(config),
+                    "TOKENFLEET_PROMETHEUS_URL": f"http://127.0.0.1:{self.ports.prometheus}",
+                },
             )
         )
 

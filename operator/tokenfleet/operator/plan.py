@@ -310,4 +310,14 @@ def _events(inputs: PoolInputs, status: Mapping[str, Any]) -> list[Event]:
                 message=f"{before} -> {last_new['replicas']} replicas ({last_new['message']})",
             )
         )
+    before = (inputs.status.get("autoscaling") or {}).get("demand")
+    after = (status.get("autoscaling") or {}).get("demand")
+    if before is not None and after is not None and before != after:
+        events.append(
+            Event(
+                type="Normal",
+                reason="Autoscaled",
+                message=str(status["autoscaling"]["message"])[:500],
+            )
+        )
     return events

@@ -311,3 +311,24 @@ def test_sim_annotations_reach_the_worker_pods_and_nothing_else() -> None:
     assert template["metadata"]["annotations"] == {
         "sim.tokenfleet.io/args": "--time-to-first-token 1s"
     }
+
+
+def test_a_change_of_demand_is_an_event() -> None:
+    def block(demand: int) -> dict[str, Any]:
+        return {
+            "demand": demand,
+            "reason": "QueueAge",
+            "message": f"QueueAge: {demand} replicas",
+            "recommendations": {},
+            "decisions": [],
+        }
+
+    first = plan.plan_pool(inputs(demand=6, autoscaling=block(6), metrics_ok=True))
+    same = plan.plan_pool(
+        inputs(demand=6, autoscaling=block(6), metrics_ok=True, status=first.status)
+    )
+    assert "Autoscaled" not in {e.reason for e in same.events}
+    more = plan.plan_pool(
+        inputs(demand=9, autoscaling=block(9), metrics_ok=True, status=same.status)
+    )
+    assert [e.message for e in more.events if e.reason == "Autoscaled"] == ["QueueAge: 9 replicas"]
