@@ -13,6 +13,8 @@ commands:
                        run the OpenAI-compatible gateway (Kubernetes or static mode)
   tenant create-key NAME [-n NS] [--replace]
                        make an API key for a tenant: printed once, stored as a hash
+  bench replica --url URL --model M [--rates 1,2,4] [--out P.json]
+                       measure one endpoint across a rate sweep: a profile and a plot
   plan --workload W.yaml --profile P.json
                        size a fleet from token-level traffic and a measured replica profile
   dev up|down|status   the local platform (same as make up / make down)
@@ -40,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         from tokenfleet.gateway.tenants import main as tenant
 
         return tenant(rest)
+    if command == "bench" and rest[:1] == ["replica"]:
+        from tokenfleet.capacity.replica import main as bench_replica
+
+        return bench_replica(rest[1:])
     if command == "plan":
         from tokenfleet.capacity.__main__ import main as plan
 

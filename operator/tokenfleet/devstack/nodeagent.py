@@ -127,8 +127,11 @@ class NodeAgent:
         finally:
             for task in watches:
                 task.cancel()
-            for uid in list(self._sims):
-                await self._stop(uid)
+            leaving = list(self._sims.values())  # all at once: one deadline, not one each
+            self._sims.clear()
+            for sim in leaving:
+                sim.server.close()
+            await asyncio.to_thread(processes.stop, [s.child for s in leaving], grace_seconds=5.0)
             await self._session.close()
 
     def simulators(self) -> dict[str, simulated.SimSpec]:

@@ -12,6 +12,7 @@ import dataclasses
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -64,13 +65,15 @@ def spawn(
 
 
 def stop(children: Sequence[Child], *, grace_seconds: float = 10.0) -> None:
-    """Stop children in the order given: SIGTERM each, wait, SIGKILL what is left."""
+    """SIGTERM every child first (in the order given), then wait for all of them against one
+    deadline, and SIGKILL whatever is left: a slow one no longer delays the others."""
     for child in children:
-        if not child.alive():
-            continue
-        child.popen.send_signal(signal.SIGTERM)
+        if child.alive():
+            child.popen.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    for child in children:
         try:
-            child.popen.wait(timeout=grace_seconds)
+            child.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             child.popen.kill()
             child.popen.wait()
