@@ -71,19 +71,9 @@ async def read_body(request: web.Request, settings: Settings) -> bytes | Rejecte
 
 
 def pick_pool(catalog: Catalog, model: Model, prompt_tokens: int) -> Pool | None:
-    """The first of the model's pools whose context bucket fits the prompt, else its largest."""
     pools = [catalog.pools[p] for p in model.pools if p in catalog.pools]
-    fitting = [p for p in pools if p.max_input_tokens >= prompt_tokens]
-    if fitting:
-        return fitting[0]
-    return max(pools, key=lambda p: p.max_input_tokens, default=None)
-
-
-def admission_class(pool: Pool, tenant: Tenant) -> str:
-    """The tenant's class if the pool has it, else the pool's lowest-priority class."""
-    if tenant.priority_class in pool.classes:
-        return tenant.priority_class
-    return min(pool.classes.values(), key=lambda c: c.priority).name
+    key = routing.choose_pool([(p.key, p.max_input_tokens) for p in pools], prompt_tokens)
+    return catalog.pools[key] if key is not None else None
 
 
 _ID_PREFIX = os.urandom(6).hex()
@@ -148,7 +138,7 @@ class Completion:
         )
         if limit is not None:
             return self.refuse(limit)
-        cls = admission_class(pool, tenant)
+        cls = admission.class_for(tenant.priority_class, pool.classes)
         self.log.update(pool=pool.key, **{"class": cls})
         due = deadlines.deadline(
             now=self.started,

@@ -75,3 +75,31 @@ def test_ties_are_shared_and_replay_with_a_seed() -> None:
     again = [routing.choose(eps, {}, rng).url for rng in [random.Random(7)] for _ in range(300)]  # type: ignore[union-attr]
     assert picks == again
     assert {picks.count(u) for u in "abc"} and min(picks.count(u) for u in "abc") > 60
+
+
+@pytest.mark.parametrize(
+    ("buckets", "prompt", "expected"),
+    [
+        pytest.param([("short", 50), ("long", 8000)], 40, "short", id="first-that-fits"),
+        pytest.param([("short", 50), ("long", 8000)], 400, "long", id="long-prompt-to-long-pool"),
+        pytest.param([("short", 50), ("mid", 500)], 9000, "mid", id="none-fits-largest"),
+        pytest.param([], 10, None, id="no-pools"),
+    ],
+)
+def test_choose_pool_by_context_bucket(
+    buckets: list[tuple[str, int]], prompt: int, expected: str | None
+) -> None:
+    assert routing.choose_pool(buckets, prompt) == expected
+
+
+def test_class_for_falls_back_to_the_lowest_priority() -> None:
+    from tokenfleet.gateway.policy.admission import ClassPolicy, class_for
+
+    def c(name: str, priority: int) -> ClassPolicy:
+        return ClassPolicy(
+            name=name, priority=priority, max_queue_depth=1, max_queue_age=1.0, default_deadline=1.0
+        )
+
+    policies = {"critical": c("critical", 300), "batch": c("batch", 100)}
+    assert class_for("critical", policies) == "critical"
+    assert class_for("gold", policies) == "batch"  # an unknown class never gets priority

@@ -66,6 +66,13 @@ class Enqueue:
 Decision = Start | Enqueue | Rejected
 
 
+def class_for(wanted: str, policies: Mapping[str, ClassPolicy]) -> str:
+    """The tenant's class if the pool has it, else the pool's lowest-priority class."""
+    if wanted in policies:
+        return wanted
+    return min(policies.values(), key=lambda c: c.priority).name
+
+
 def _reserved(policies: Mapping[str, ClassPolicy], capacity: int) -> dict[str, int]:
     return {name: math.ceil(capacity * p.reserved_share) for name, p in policies.items()}
 

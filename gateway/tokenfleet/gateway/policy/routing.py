@@ -57,3 +57,12 @@ def choose(
     best = min(in_flight.get(e.url, 0) / e.max_concurrency for e in usable)
     tied = [e for e in usable if in_flight.get(e.url, 0) / e.max_concurrency == best]
     return tied[0] if len(tied) == 1 else rng.choice(tied)
+
+
+def choose_pool(buckets: Sequence[tuple[str, int]], prompt_tokens: int) -> str | None:
+    """Of a model's pools as (key, max input tokens), in order: the first whose context bucket
+    fits the prompt, else the largest (the context check then refuses it with a clear 400)."""
+    for key, limit in buckets:
+        if limit >= prompt_tokens:
+            return key
+    return max(buckets, key=lambda b: b[1])[0] if buckets else None
