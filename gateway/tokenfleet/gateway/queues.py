@@ -29,7 +29,8 @@ class PoolQueue:
     def __init__(self, key: str) -> None:
         self.key = key
         self.in_flight: dict[str, int] = {}
-        self.waiters: dict[int, _Waiter] = {}
+        # class → its waiters by ticket, oldest first: the load view stays O(classes).
+        self.waiting: dict[str, dict[int, _Waiter]] = {}
         self.service_rate = 0.0
         self._completions = 0
         self._rate_at = time.monotonic()
@@ -38,16 +39,23 @@ class PoolQueue:
         return PoolLoad(
             capacity=capacity,
             in_flight=dict(self.in_flight),
-            queued=[w.entry for w in self.waiters.values()],
+            queued={c: len(ws) for c, ws in self.waiting.items() if ws},
+            heads={c: next(iter(ws.values())).entry for c, ws in self.waiting.items() if ws},
             service_rate=self.service_rate,
         )
 
     def depth(self, cls: str) -> int:
-        return sum(1 for w in self.waiters.values() if w.entry.cls == cls)
+        return len(self.waiting.get(cls, ()))
 
     def oldest_age(self, cls: str, now: float) -> float:
-        ages = [now - w.entry.enqueued_at for w in self.waiters.values() if w.entry.cls == cls]
-        return max(ages, default=0.0)
+        waiters = self.waiting.get(cls)
+        return now - next(iter(waiters.values())).entry.enqueued_at if waiters else 0.0
+
+    def add(self, waiter: _Waiter) -> None:
+        self.waiting.setdefault(waiter.entry.cls, {})[waiter.entry.ticket] = waiter
+
+    def remove(self, entry: Waiting) -> _Waiter | None:
+        return self.waiting.get(entry.cls, {}).pop(entry.ticket, None)
 
     def record_completion(self) -> None:
         self._completions += 1
@@ -104,7 +112,7 @@ class Admitter:
             return None
         entry = Waiting(ticket=next(self._tickets), cls=cls, enqueued_at=now, deadline=deadline)
         waiter = _Waiter(entry=entry, future=asyncio.get_running_loop().create_future())
-        q.waiters[entry.ticket] = waiter
+        q.add(waiter)
         limit = min(deadline, now + policies[cls].max_queue_age) - now
         try:
             return await asyncio.wait_for(asyncio.shield(waiter.future), timeout=max(0.0, limit))
@@ -126,7 +134,7 @@ class Admitter:
                 self.release(pool=pool, policies=policies, capacity=capacity, cls=cls)
             raise
         finally:
-            q.waiters.pop(entry.ticket, None)
+            q.remove(entry)
             if not waiter.future.done():
                 waiter.future.cancel()
 
@@ -146,7 +154,9 @@ class Admitter:
             chosen = admission.next_up(policies=policies, load=q.load(capacity))
             if chosen is None:
                 return
-            waiter = q.waiters.pop(chosen.ticket)
+            waiter = q.remove(chosen)
+            if waiter is None:
+                return  # cannot happen: heads come from the same dicts
             if waiter.future.done():
                 continue
             q.in_flight[chosen.cls] = q.in_flight.get(chosen.cls, 0) + 1

@@ -31,7 +31,14 @@ def w(ticket: int, c: str, at: float = 0.0, deadline: float = 100.0) -> Waiting:
 def load(
     capacity: int = 4, rate: float = 0.0, queued: list[Waiting] | None = None, **in_flight: int
 ) -> PoolLoad:
-    return PoolLoad(capacity=capacity, in_flight=in_flight, queued=queued or [], service_rate=rate)
+    waiting = queued or []
+    heads: dict[str, Waiting] = {}
+    for x in sorted(waiting, key=lambda x: (x.enqueued_at, x.ticket), reverse=True):
+        heads[x.cls] = x
+    counts = {c: sum(1 for x in waiting if x.cls == c) for c in heads}
+    return PoolLoad(
+        capacity=capacity, in_flight=in_flight, queued=counts, heads=heads, service_rate=rate
+    )
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,10 @@ class PoolLoad:
 
     capacity: int  # requests the pool's ready endpoints take at once
     in_flight: Mapping[str, int]  # class → running requests
-    queued: Sequence[Waiting]
+    queued: Mapping[str, int]  # class → waiting requests
+    heads: Mapping[
+        str, Waiting
+    ]  # class → its oldest waiter (each class is first come first served)
     service_rate: float  # requests completed per second lately; 0 when unknown
 
 
@@ -74,12 +77,18 @@ def class_for(wanted: str, policies: Mapping[str, ClassPolicy]) -> str:
 
 
 def _reserved(policies: Mapping[str, ClassPolicy], capacity: int) -> dict[str, int]:
-    return {name: math.ceil(capacity * p.reserved_share) for name, p in policies.items()}
+    return {
+        name: math.ceil(capacity * p.reserved_share)
+        for name, p in policies.items()
+        if p.reserved_share
+    }
 
 
 def can_start(policies: Mapping[str, ClassPolicy], load: PoolLoad, cls: str) -> bool:
     """A slot is free for ``cls``: one of its reserved slots, or a shared one."""
     reserved = _reserved(policies, load.capacity)
+    if not reserved:  # the common case, on every request: all slots are shared
+        return sum(load.in_flight.values()) < load.capacity
     if load.in_flight.get(cls, 0) < reserved.get(cls, 0):
         return True
     shared_capacity = load.capacity - sum(reserved.values())
@@ -89,7 +98,9 @@ def can_start(policies: Mapping[str, ClassPolicy], load: PoolLoad, cls: str) -> 
 
 def _ahead(policies: Mapping[str, ClassPolicy], load: PoolLoad, cls: str) -> int:
     priority = policies[cls].priority
-    return sum(1 for w in load.queued if w.cls in policies and policies[w.cls].priority >= priority)
+    return sum(
+        n for c, n in load.queued.items() if c in policies and policies[c].priority >= priority
+    )
 
 
 def admit(
@@ -100,7 +111,7 @@ def admit(
     ahead = _ahead(policies, load, cls)
     if ahead == 0 and can_start(policies, load, cls):
         return Start()
-    depth = sum(1 for w in load.queued if w.cls == cls)
+    depth = load.queued.get(cls, 0)
     if depth >= policy.max_queue_depth:
         return Rejected(
             reason=Reason.QUEUE_FULL,
@@ -155,9 +166,11 @@ def expire(
 
 
 def next_up(*, policies: Mapping[str, ClassPolicy], load: PoolLoad) -> Waiting | None:
-    """The waiter to start now: highest priority first, oldest first within a class."""
+    """The waiter to start now: highest priority first, oldest first within a class.
+
+    Only each class's head matters: whether a slot is free depends on the class alone."""
     order = sorted(
-        (w for w in load.queued if w.cls in policies),
+        (w for c, w in load.heads.items() if c in policies and load.queued.get(c, 0) > 0),
         key=lambda w: (-policies[w.cls].priority, w.enqueued_at, w.ticket),
     )
     for w in order:
@@ -170,7 +183,7 @@ def next_up(*, policies: Mapping[str, ClassPolicy], load: PoolLoad) -> Waiting |
 
 def max_tokens(*, policy: ClassPolicy, load: PoolLoad, requested: int) -> int:
     """The class's degraded cap applies while the pool is saturated or has a queue."""
-    pressured = bool(load.queued) or sum(load.in_flight.values()) >= load.capacity
+    pressured = any(load.queued.values()) or sum(load.in_flight.values()) >= load.capacity
     if pressured and policy.degraded_max_tokens is not None:
         return min(requested, policy.degraded_max_tokens)
     return requested
