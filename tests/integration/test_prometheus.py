@@ -80,3 +80,13 @@ def test_pool_workers_are_scraped_with_their_labels(
         ),
         timeout=30,
     )
+    wait_for(
+        "the pool's token rates",
+        lambda: (
+            (value(prom, queries.generation_rate(ns, "scraped")) or 0) > 0
+            and (value(prom, queries.prompt_rate(ns, "scraped")) or 0) > 0
+        ),
+        timeout=30,
+    )
+    # no gateway in front: the queue-wait histogram has no series, which is not zero
+    assert value(prom, queries.queue_wait_p95(ns, "scraped", ["interactive"])) is None

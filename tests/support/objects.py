@@ -100,6 +100,12 @@ INVALID = [
         "reservedPercent must add up to at most 100",
     ),
     _case(
+        "pool-queue-age-class-unknown",
+        "InferencePool",
+        {"autoscaling": {"queueAgeClasses": ["chat"]}},
+        "queueAgeClasses must name classes of admission.classes",
+    ),
+    _case(
         "pool-schedule-min-above-max",
         "InferencePool",
         {

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from tokenfleet.api.base import (
     DNS_LABEL,
@@ -153,6 +153,12 @@ class Autoscaling(Model):
         ge=1,
         description="Oldest request in the gateways' queues for this pool, in milliseconds.",
     )
+    queue_age_classes: list[Annotated[str, StringConstraints(max_length=63)]] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Admission classes whose queue age drives scaling. Empty: every class but "
+        "the lowest-priority one (batch waits by design; its queue must not add GPUs).",
+    )
     target_kv_cache_usage: float = Field(
         default=0.8,
         gt=0,
@@ -161,6 +167,17 @@ class Autoscaling(Model):
     )
     target_waiting_per_replica: int = Field(
         default=4, ge=1, description="Mean vllm:num_requests_waiting per ready worker."
+    )
+    target_prompt_tokens_per_second_per_replica: int = Field(
+        default=0,
+        ge=0,
+        description="Prompt (prefill) tokens per second one replica should carry, from "
+        "`tokenfleet bench replica`; 0 leaves this signal out.",
+    )
+    target_generation_tokens_per_second_per_replica: int = Field(
+        default=0,
+        ge=0,
+        description="Generated tokens per second one replica should carry; 0 leaves it out.",
     )
     scale_up_stabilization_seconds: int = Field(
         default=15,
@@ -283,7 +300,12 @@ class InferencePoolSpec(Model):
                 "self.warm.perZone * size(self.zones.names) <= self.replicas.max",
                 "warm.perZone times the number of zones must not exceed replicas.max: the warm "
                 "floor alone would need more replicas than allowed",
-            )
+            ),
+            cel(
+                "self.autoscaling.queueAgeClasses.all(c, "
+                "self.admission.classes.exists(k, k.name == c))",
+                "autoscaling.queueAgeClasses must name classes of admission.classes",
+            ),
         )
     )
 
@@ -324,6 +346,10 @@ class InferencePoolSpec(Model):
                 "zones.tolerateLoss must be smaller than the number of zones",
             ),
             (len(set(names)) != len(names), "admission.classes: class names must be unique"),
+            (
+                not set(self.autoscaling.queue_age_classes) <= set(names),
+                "autoscaling.queueAgeClasses must name classes of admission.classes",
+            ),
             (
                 sum(c.reserved_percent for c in self.admission.classes) > 100,
                 "admission.classes: reservedPercent must add up to at most 100",

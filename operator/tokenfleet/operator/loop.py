@@ -184,7 +184,11 @@ class Reconciler:
         state = self.scaling.get(f"{ns}/{name}") or scaling.State(
             replicas=int(old.get("demand") or spec.replicas.min)
         )
-        signals = await asyncio.to_thread(self.signals.read, ns, name)
+        classes = scaling.queue_age_classes(
+            spec.autoscaling.queue_age_classes,
+            [(c.name, c.priority) for c in spec.admission.classes],
+        )
+        signals = await asyncio.to_thread(self.signals.read, ns, name, classes)
         revision = desired.revision_of(model)
         pods = _items(self.indexes.pods, (ns, name))
         ready = sum(1 for p in pods if p.revision == revision and p.ready and not p.terminating)

@@ -8,10 +8,13 @@ marks the signals stale, so the decision holds instead of scaling down on silenc
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Sequence
 
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests.exceptions import RequestException
+from urllib3.util.retry import Retry
 
 from tokenfleet.operator.policy.scaling import Signals
 from tokenfleet.signals import queries
@@ -23,18 +26,31 @@ TIMEOUT_SECONDS = 2  # whole seconds: Prometheus rejects "2.0s"
 class PrometheusSignals:
     def __init__(self, url: str) -> None:
         self.url = url
-        self._prom = PrometheusConnect(url=url, disable_ssl=True)
+        # No retries: the loop reads again next interval, and retrying a Prometheus that hangs
+        # would only delay the stale verdict (three timed-out attempts took 18 s).
+        self._prom = PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0))
 
     def _value(self, query: str) -> float | None:
-        result = self._prom.custom_query(query, params={"timeout": f"{TIMEOUT_SECONDS}s"})
+        # the server-side timeout bounds evaluation; the client one a Prometheus that hangs
+        result = self._prom.custom_query(
+            query, params={"timeout": f"{TIMEOUT_SECONDS}s"}, timeout=TIMEOUT_SECONDS + 1
+        )
         return float(result[0]["value"][1]) if result else None
 
-    def read(self, namespace: str, pool: str) -> Signals:
+    def read(self, namespace: str, pool: str, queue_classes: Sequence[str] = ()) -> Signals:
+        """The pool's signals; ``queue_classes`` are the classes whose queueing counts."""
         try:
+            wait = self._value(queries.queue_wait_p95(namespace, pool, queue_classes))
             return Signals(
-                oldest_queue_age=self._value(queries.oldest_queue_age(namespace, pool)),
+                oldest_queue_age=self._value(
+                    queries.oldest_queue_age(namespace, pool, queue_classes)
+                ),
                 kv_cache_usage=self._value(queries.kv_cache_usage(namespace, pool)),
                 waiting=self._value(queries.waiting(namespace, pool)),
+                # no admissions in the window gives NaN: no evidence, not zero
+                queue_wait_p95=None if wait is None or math.isnan(wait) else wait,
+                prompt_tokens_rate=self._value(queries.prompt_rate(namespace, pool)),
+                generation_tokens_rate=self._value(queries.generation_rate(namespace, pool)),
             )
         except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
             log.warning("prometheus at %s unreadable for %s/%s: %s", self.url, namespace, pool, exc)

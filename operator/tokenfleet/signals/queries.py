@@ -7,6 +7,8 @@ its current name, falling back to its deprecated alias (``or``), so mixed fleets
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tokenfleet.signals import gateway, vllm
 
 
@@ -32,11 +34,38 @@ def running(namespace: str, pool: str) -> str:
     return _either("sum", vllm.RUNNING, _selector(namespace, pool))
 
 
-def oldest_queue_age(namespace: str, pool: str) -> str:
-    """The oldest request queued in any gateway replica for this pool (seconds)."""
-    return f'max({gateway.QUEUE_OLDEST_AGE}{{pool="{namespace}/{pool}"}})'
+def _classes(namespace: str, pool: str, classes: Sequence[str]) -> str:
+    # class names are DNS labels (the CRD enforces it), so they need no regex escaping
+    matcher = f',class=~"{"|".join(classes)}"' if classes else ""
+    return f'{{pool="{namespace}/{pool}"{matcher}}}'
+
+
+def oldest_queue_age(namespace: str, pool: str, classes: Sequence[str] = ()) -> str:
+    """The oldest request queued in any gateway replica for this pool (seconds), over
+    ``classes`` (all when empty)."""
+    return f"max({gateway.QUEUE_OLDEST_AGE}{_classes(namespace, pool, classes)})"
+
+
+def queue_wait_p95(
+    namespace: str, pool: str, classes: Sequence[str] = (), window: str = "1m"
+) -> str:
+    """The 95th percentile of time spent queued by requests admitted lately, over ``classes``."""
+    selector = _classes(namespace, pool, classes)
+    return (
+        f"histogram_quantile(0.95, sum by (le) "
+        f"(rate({gateway.QUEUE_WAIT}_bucket{selector}[{window}])))"
+    )
+
+
+def prompt_rate(namespace: str, pool: str, window: str = "1m") -> str:
+    """Prompt tokens prefilled per second by the pool."""
+    return _either_rate(vllm.PROMPT_TOKENS, _selector(namespace, pool), window)
 
 
 def generation_rate(namespace: str, pool: str, window: str = "1m") -> str:
     """Tokens generated per second by the pool."""
-    return f"sum(rate({vllm.GENERATION_TOKENS[0]}{_selector(namespace, pool)}[{window}]))"
+    return _either_rate(vllm.GENERATION_TOKENS, _selector(namespace, pool), window)
+
+
+def _either_rate(names: tuple[str, ...], selector: str, window: str) -> str:
+    return " or ".join(f"sum(rate({name}{selector}[{window}]))" for name in names)

@@ -249,6 +249,35 @@ CASES = [
     case(
         "steady-state", 4, Why.KV_CACHE, signals=Signals(kv_cache_usage=0.8, oldest_queue_age=0.1)
     ),
+    case("queue-wait-p95-alone", 8, Why.QUEUE_WAIT, signals=Signals(queue_wait_p95=2.0)),
+    case(
+        "queue-age-beats-equal-wait",
+        8,
+        Why.QUEUE_AGE,
+        signals=Signals(oldest_queue_age=2.0, queue_wait_p95=2.0),
+    ),
+    case(
+        "generation-token-rate",
+        7,
+        Why.GENERATION_TOKENS,
+        replicas=5,
+        signals=Signals(generation_tokens_rate=13_000.0),
+        target_generation_tokens=2_000.0,
+    ),
+    case(
+        "prompt-token-rate",
+        6,
+        Why.PROMPT_TOKENS,
+        replicas=5,
+        signals=Signals(prompt_tokens_rate=55_000.0),
+        target_prompt_tokens=10_000.0,
+    ),
+    case(
+        "token-rate-without-a-target-is-no-signal",
+        4,
+        Why.METRICS_UNAVAILABLE,
+        signals=Signals(generation_tokens_rate=1e9),
+    ),
 ]
 
 
@@ -322,3 +351,24 @@ def test_policy_from_the_crd_uses_seconds_and_weekdays() -> None:
     assert policy.target_queue_age == 0.3 and policy.up_window == 10
     assert policy.schedules[0].days == frozenset({0}) and policy.schedules[0].start_minute == 480
     assert (policy.min_replicas, policy.max_replicas) == (2, 30)
+
+
+@pytest.mark.parametrize(
+    ("configured", "classes", "expected"),
+    [
+        pytest.param([], [("interactive", 200), ("batch", 100)], ["interactive"], id="not-batch"),
+        pytest.param([], [("only", 1)], ["only"], id="single-class-counts"),
+        pytest.param(
+            [],
+            [("critical", 300), ("interactive", 200), ("batch", 100)],
+            ["critical", "interactive"],
+            id="defaults",
+        ),
+        pytest.param(["batch"], [("interactive", 200), ("batch", 100)], ["batch"], id="configured"),
+        pytest.param([], [("a", 1), ("b", 1)], ["a", "b"], id="all-equal-all-count"),
+    ],
+)
+def test_queue_age_classes(
+    configured: list[str], classes: list[tuple[str, int]], expected: list[str]
+) -> None:
+    assert scaling.queue_age_classes(configured, classes) == expected
