@@ -17,6 +17,8 @@ commands:
                        measure one endpoint across a rate sweep: a profile and a plot
   plan --workload W.yaml --profile P.json
                        size a fleet from token-level traffic and a measured replica profile
+  simulate SCENARIO.yaml [--scaler S] [--profile P.json] [--out DIR]
+                       replay traffic against a simulated fleet under each scaling policy
   dev up|down|status   the local platform (same as make up / make down)
   crds --write|--check DIR
                        render the CustomResourceDefinitions from tokenfleet.api
@@ -50,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         from tokenfleet.capacity.__main__ import main as plan
 
         return plan(rest)
+    if command == "simulate":
+        from tokenfleet.sim.__main__ import main as simulate
+
+        return simulate(rest)
     if command == "dev":
         from tokenfleet.devstack.__main__ import main as dev
 

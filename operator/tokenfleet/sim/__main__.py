@@ -1,0 +1,93 @@
+"""``tokenfleet simulate SCENARIO.yaml``: replay a scenario under each scaling policy it names.
+
+Prints per-class SLO attainment, shedding, GPU-hours and cost side by side, then each run's
+details; writes ``results.json`` and ``timeline.png`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from tokenfleet.capacity.planning import Profile
+from tokenfleet.sim import report
+from tokenfleet.sim.calibrate import CalibrationError, calibrate
+from tokenfleet.sim.engine import Simulation
+from tokenfleet.sim.scenario import SCALERS, Scenario
+from tokenfleet.sim.stats import Result
+
+
+def _progress(total: float, label: str) -> Callable[[float], None]:
+    width = 30
+
+    def show(now: float) -> None:
+        if int(now) % 10 and now < total:
+            return
+        done = min(1.0, now / total)
+        bar = "#" * int(width * done)
+        print(f"\r  {label:12} [{bar:<{width}}] {now:5.0f}/{total:.0f} s", end="", flush=True)
+
+    return show
+
+
+def load(path: Path, profile: Path | None) -> Scenario:
+    scenario = Scenario.model_validate(yaml.safe_load(path.read_text()))
+    if profile is not None:
+        measured = Profile.model_validate(json.loads(profile.read_text()))
+        scenario = scenario.model_copy(
+            update={"performance": calibrate(measured, scenario.performance)}
+        )
+    return scenario
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tokenfleet simulate", description=__doc__)
+    parser.add_argument("scenario", type=Path)
+    parser.add_argument(
+        "--scaler", action="append", choices=SCALERS, help="run only these (repeatable)"
+    )
+    parser.add_argument("--duration", type=float, help="override the scenario's duration (s)")
+    parser.add_argument("--profile", type=Path, help="calibrate replicas from this JSON profile")
+    parser.add_argument("--out", type=Path, help="directory for results.json and timeline.png")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        scenario = load(args.scenario, args.profile)
+    except (ValidationError, CalibrationError, yaml.YAMLError, OSError) as exc:
+        print(f"tokenfleet simulate: {args.scenario}: {exc}", file=sys.stderr)
+        return 2
+    if args.duration:
+        scenario = scenario.model_copy(update={"duration_seconds": args.duration})
+    names = args.scaler or scenario.scalers
+    out = args.out or Path(".tokenfleet") / "sim" / scenario.name
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"{scenario.name}: {scenario.description or ''}".rstrip(": "))
+    results: list[Result] = []
+    for name in names:
+        show = None if args.quiet else _progress(scenario.duration_seconds, name)
+        results.append(Simulation(scenario, name).run(show))
+        if not args.quiet:
+            print()
+    print()
+    print("\n".join(report.summary(results)))
+    for r in results:
+        print()
+        print("\n".join(report.details(r)))
+    offered = {
+        s.name: [s.rps(t + 0.5) for t in range(int(scenario.duration_seconds))]
+        for s in scenario.streams
+    }
+    report.save_json(results, out / "results.json")
+    report.plot(results, offered, out / "timeline.png")
+    print(f"\nresults {out / 'results.json'}, plot {out / 'timeline.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,324 @@
+"""One simulated pool: its gateway side (queues, in-flight counts, routing) and its replicas.
+
+The gateway side calls the product's cores exactly as ``tokenfleet.gateway.queues`` does:
+``admission.admit`` for each arrival, ``admission.next_up`` whenever slots may be free,
+``admission.expire`` for waiters past their age or deadline, and ``routing.choose`` for the
+replica. Scaling sets replicas per zone through :meth:`Pool.reconcile`.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import random
+
+from tokenfleet.api.pool import InferencePoolSpec
+from tokenfleet.gateway.catalog import class_policy
+from tokenfleet.gateway.policy import admission, routing
+from tokenfleet.gateway.policy.admission import ClassPolicy, PoolLoad, Waiting
+from tokenfleet.gateway.policy.rejections import Rejected
+from tokenfleet.operator.policy import placement, scaling
+from tokenfleet.sim.replica import Replica, Request, mark_first_token
+from tokenfleet.sim.scalers import PoolView
+from tokenfleet.sim.scenario import Performance
+from tokenfleet.sim.stats import Recorder
+
+# Up to this many ready replicas the router compares them all, as the gateway does; beyond it,
+# two drawn at random (power-of-two choices): O(1) per request however large the pool.
+FULL_SCAN = 16
+ROUTE_SAMPLE = 2
+
+
+class Pool:
+    """A pool's gateway state and replicas."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: InferencePoolSpec,
+        perf: Performance,
+        *,
+        rec: Recorder,
+        rng: random.Random,
+        ids: itertools.count[int],
+    ) -> None:
+        self.name, self.spec, self.perf = name, spec, perf
+        self.rec, self.rng, self.ids = rec, rng, ids
+        self.tickets = itertools.count(1)
+        self.zones = list(spec.zones.names) or ["zone-a", "zone-b", "zone-c"]
+        self.dead_zones: set[str] = set()  # down now
+        self.known_lost: set[str] = set()  # down, and the operator knows it
+        self.policies: dict[str, ClassPolicy] = {
+            c.name: class_policy(c) for c in spec.admission.classes
+        }
+        self.queue_age_classes = scaling.queue_age_classes(
+            spec.autoscaling.queue_age_classes,
+            [(c.name, c.priority) for c in spec.admission.classes],
+        )
+        self.replicas: list[Replica] = []
+        self.ready: list[Replica] = []
+        self.endpoints: dict[int, routing.Endpoint] = {}
+        self.ready_endpoints: list[routing.Endpoint] = []
+        self.by_url: dict[str, Replica] = {}
+        self.in_flight_by_url: dict[str, int] = {}
+        self.in_flight: dict[str, int] = dict.fromkeys(self.policies, 0)
+        self.queues: dict[str, collections.deque[tuple[Waiting, Request]]] = {
+            c: collections.deque() for c in self.policies
+        }
+        self.queued: dict[str, int] = dict.fromkeys(self.policies, 0)
+        self.heads: dict[str, Waiting] = {}
+        self.service_rate = 0.0
+        self.completions = 0
+        self.capacity = 0
+        self.waits: list[float] = []  # queue waits of the scaling classes since the last look
+        self.prompt_tokens = 0  # since the last look
+        self.generated_tokens = 0
+        self.load = self._load()
+
+    # ---- gateway view ----------------------------------------------------------------------
+
+    def _load(self) -> PoolLoad:
+        # A view over the live counters: the core only reads it, and capacity and rate change
+        # only between ticks, so one view serves a whole tick.
+        return PoolLoad(
+            capacity=self.capacity,
+            in_flight=self.in_flight,
+            queued=self.queued,
+            heads=self.heads,
+            service_rate=self.service_rate,
+        )
+
+    def refresh(self) -> None:
+        self.capacity = len(self.ready) * self.perf.max_num_seqs
+        self.ready_endpoints = [self.endpoints[r.id] for r in self.ready]
+        self.load = self._load()
+
+    def tick_rate(self, seconds: float) -> None:
+        self.service_rate = admission.ewma_rate(self.service_rate, self.completions, seconds)
+        self.completions = 0
+        self.refresh()
+
+    def oldest_age(self, now: float, classes: list[str] | None = None) -> float:
+        return max(
+            (now - w.enqueued_at for c, w in self.heads.items() if classes is None or c in classes),
+            default=0.0,
+        )
+
+    # ---- requests ------------------------------------------------------------------------
+
+    def admit(self, req: Request, now: float) -> None:
+        decision = admission.admit(
+            policies=self.policies, load=self.load, cls=req.cls, now=now, deadline=req.deadline
+        )
+        if type(decision) is admission.Start:
+            self._start(req, now)
+        elif type(decision) is admission.Enqueue:
+            entry = Waiting(
+                ticket=next(self.tickets),
+                cls=req.cls,
+                enqueued_at=req.arrival,
+                deadline=req.deadline,
+            )
+            queue = self.queues[req.cls]
+            queue.append((entry, req))
+            self.queued[req.cls] += 1
+            if len(queue) == 1:
+                self.heads[req.cls] = entry
+        else:
+            assert isinstance(decision, Rejected)
+            self.end(req, "shed", decision.reason.value, now)
+
+    def _start(self, req: Request, now: float) -> None:
+        self.in_flight[req.cls] += 1
+        if req.cls in self.queue_age_classes:
+            self.waits.append(now - req.arrival)
+        self.dispatch(req, now)
+
+    def dispatch(self, req: Request, now: float) -> None:
+        """Route a started request to a replica (again, after its replica died unanswered)."""
+        n = len(self.ready)
+        if not n:
+            req.dispatched = req.dispatched or now  # its slot is released with it
+            self.end(req, "failed", "NoReplica", now)
+            return
+        eps = self.ready_endpoints
+        if n > FULL_SCAN:
+            rnd = self.rng.random
+            eps = [eps[int(rnd() * n)] for _ in range(ROUTE_SAMPLE)]
+        chosen = routing.choose(eps, self.in_flight_by_url, self.rng)
+        assert chosen is not None
+        self.in_flight_by_url[chosen.url] += 1
+        if req.dispatched is None:
+            req.dispatched = now
+        self.by_url[chosen.url].accept(req, now, mark_first_token, self.finished)
+
+    def finished(self, req: Request, at: float) -> None:
+        """A replica finished ``req`` at ``at`` (its callback)."""
+        replica = req.replica
+        if replica is not None:
+            self.in_flight_by_url[replica.url] -= 1
+        self.completions += 1
+        self.prompt_tokens += req.input
+        self.generated_tokens += req.output
+        req.finished = at
+        self.end(req, "served", "", at)
+
+    def end(self, req: Request, outcome: str, reason: str, now: float) -> None:
+        req.outcome, req.reason = outcome, reason
+        if req.finished is None:
+            req.finished = now
+        if outcome in ("served", "failed") and req.dispatched is not None:
+            self.in_flight[req.cls] -= 1
+        self.rec.ended(req)
+
+    def _pop(self, cls: str) -> Request:
+        queue = self.queues[cls]
+        _, req = queue.popleft()
+        self.queued[cls] -= 1
+        if queue:
+            self.heads[cls] = queue[0][0]
+        else:
+            del self.heads[cls]
+        return req
+
+    def expire(self, now: float) -> None:
+        """Waiters past their class's age or their deadline leave (oldest first per class)."""
+        for cls, queue in self.queues.items():
+            while queue:
+                gone = admission.expire(policies=self.policies, queued=[queue[0][0]], now=now)
+                if not gone:
+                    break
+                self.end(self._pop(cls), "timed_out", gone[0][1].reason.value, now)
+
+    def wake(self, now: float) -> None:
+        """Start waiters while slots are free."""
+        while self.heads:
+            head = admission.next_up(policies=self.policies, load=self.load)
+            if head is None:
+                return
+            self._start(self._pop(head.cls), now)
+
+    # ---- replicas ------------------------------------------------------------------------
+
+    def create(self, zone: str, now: float, *, ready: bool = False) -> None:
+        r = Replica(next(self.ids), zone, self.perf, now)
+        if ready:
+            r.ready_at = now
+        self.replicas.append(r)
+        self.by_url[r.url] = r
+        self.in_flight_by_url[r.url] = 0
+
+    def make_ready(self, now: float) -> None:
+        """Replicas past their cold start join the routable set."""
+        changed = False
+        for r in self.replicas:
+            if r.ready_at <= now and not r.draining and r.id not in self.endpoints:
+                if r.zone in self.dead_zones:
+                    continue  # pending on a lost zone's nodes: never scheduled
+                self.endpoints[r.id] = routing.Endpoint(
+                    url=r.url,
+                    pool=self.name,
+                    models=frozenset({"model"}),
+                    zone=r.zone,
+                    max_concurrency=self.perf.max_num_seqs,
+                )
+                self.ready.append(r)
+                changed = True
+        if changed:
+            self.refresh()
+
+    def _unroute(self, r: Replica) -> None:
+        if r.id in self.endpoints:
+            del self.endpoints[r.id]
+            self.ready.remove(r)
+            self.refresh()
+
+    def reconcile(self, targets: dict[str, int], now: float) -> None:
+        """Replicas per zone as the scaler wants: add cold ones, drain the extra."""
+        for zone in self.zones:
+            want = targets.get(zone, 0)
+            mine = [r for r in self.replicas if r.zone == zone and not r.draining]
+            for _ in range(want - len(mine)):
+                self.create(zone, now)
+            extra = len(mine) - want
+            if extra <= 0:
+                continue
+            # starting replicas go first (no work lost), then the least busy ready ones
+            victims = sorted(mine, key=lambda r: (r.ready_at <= now, r.in_flight, -r.id))
+            for r in victims[:extra]:
+                r.draining = True
+                self._unroute(r)
+
+    def reap(self, now: float) -> None:
+        """Drained replicas with nothing left in flight are gone."""
+        alive = []
+        for r in self.replicas:
+            if r.draining and r.idle:
+                r.gone = now
+                self.rec.busy(r.busy_prefill, r.busy_decode)
+                del self.by_url[r.url]
+                del self.in_flight_by_url[r.url]
+            else:
+                alive.append(r)
+        self.replicas = alive
+
+    def lose_zone(self, zone: str, now: float) -> None:
+        """The zone went down: its replicas die with whatever they held."""
+        self.dead_zones.add(zone)
+        for r in [r for r in self.replicas if r.zone == zone]:
+            self._unroute(r)
+            held = r.evict_all()
+            r.draining = True
+            self.in_flight_by_url[r.url] = 0
+            for req in held:
+                if req.first_token is None:
+                    req.retries += 1
+                    self.dispatch(req, now)  # keeps its admission slot: no byte was sent
+                else:
+                    self.end(req, "failed", "ReplicaLost", now)
+
+    def learn_loss(self, zone: str) -> None:
+        """The operator notices the loss: placement avoids the zone, its pods are deleted."""
+        self.known_lost.add(zone)
+        for r in self.replicas:
+            if r.zone == zone:
+                r.draining = True
+
+    def holding(self) -> int:
+        """Replicas holding GPUs: pods pending on a lost zone's nodes hold none."""
+        dead = self.dead_zones
+        return sum(1 for r in self.replicas if r.zone not in dead) if dead else len(self.replicas)
+
+    def zone_view(self) -> list[placement.Zone]:
+        return [placement.Zone(name=z, healthy=z not in self.known_lost) for z in self.zones]
+
+    def view(self, now: float, interval: float) -> PoolView:
+        """What Prometheus would show the scaler about this pool, then reset the windows."""
+        delay = self.spec.autoscaling.readiness_delay_seconds
+        ready = self.ready
+        waits = sorted(self.waits)
+        view = PoolView(
+            t=now,
+            spec=self.spec,
+            zones=self.zone_view(),
+            ready=len(ready),
+            starting=sum(
+                1
+                for r in self.replicas
+                if not r.draining and r.ready_at > now and now - r.created < delay
+            ),
+            alive=sum(1 for r in self.replicas if not r.draining),
+            oldest_queue_age=self.oldest_age(now, self.queue_age_classes),
+            queue_wait_p95=waits[int(0.95 * (len(waits) - 1))] if waits else None,
+            queue_length=sum(self.queued.values()),
+            engine_waiting=sum(len(r.waiting) for r in ready),
+            kv_cache_usage=sum(r.kv_usage() for r in ready) / len(ready) if ready else None,
+            busy=sum(min(1.0, r.busy_window / interval) for r in ready),
+            prompt_tokens_rate=self.prompt_tokens / interval,
+            generation_tokens_rate=self.generated_tokens / interval,
+        )
+        self.waits.clear()
+        self.prompt_tokens = self.generated_tokens = 0
+        for r in self.replicas:
+            r.busy_window = 0.0
+        return view

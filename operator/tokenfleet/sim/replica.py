@@ -1,0 +1,275 @@
+"""One simulated vLLM replica: continuous batching as a fluid model over engine steps.
+
+Each engine step decodes one token for every running sequence and prefills a chunk of the
+oldest admitted prompt (chunked prefill, up to ``max_num_batched_tokens`` per step). A step
+takes ``base + per_sequence x running + per_token x chunk`` seconds. Within a tick the replica
+jumps from event to event (a prompt finishes prefilling, a sequence finishes decoding) instead
+of stepping, so its cost is per request, not per step. Every running sequence advances by one
+token per step, so a sequence finishes when the replica's step counter passes its start plus
+its output tokens: a heap keyed by that step replaces per-sequence bookkeeping.
+
+Prompts opening with a cached shared prefix prefill only their remainder (an LRU of prefixes).
+KV blocks are reserved for the whole context at admission, as a conservative vLLM would.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+from collections.abc import Callable
+from typing import Final
+
+from tokenfleet.sim.scenario import Performance
+
+INF: Final = float("inf")
+
+
+class Request:
+    """One request's life; times are seconds from the start (None until they happen)."""
+
+    __slots__ = (
+        "arrival",
+        "cached",
+        "cls",
+        "deadline",
+        "dispatched",
+        "finished",
+        "first_token",
+        "index",
+        "input",
+        "outcome",
+        "output",
+        "pool",
+        "prefill_left",
+        "prefix",
+        "prefix_tokens",
+        "reason",
+        "replica",
+        "retries",
+        "stream",
+    )
+
+    def __init__(
+        self,
+        *,
+        index: int,
+        stream: int,
+        cls: str,
+        arrival: float,
+        deadline: float,
+        input_tokens: int,
+        output_tokens: int,
+        prefix: int,
+        prefix_tokens: int,
+    ) -> None:
+        self.index = index
+        self.stream = stream
+        self.cls = cls
+        self.arrival = arrival
+        self.deadline = deadline
+        self.input = input_tokens
+        self.output = output_tokens
+        self.prefix = prefix  # shared-prefix group, -1 for none
+        self.prefix_tokens = prefix_tokens
+        self.pool = ""
+        self.dispatched: float | None = None
+        self.first_token: float | None = None
+        self.finished: float | None = None
+        self.outcome = ""  # served | shed | timed_out | failed
+        self.reason = ""
+        self.replica: Replica | None = None
+        self.retries = 0
+        self.prefill_left = 0.0
+        self.cached = False
+
+
+Finish = Callable[[Request, float], None]
+
+
+def mark_first_token(req: Request, at: float) -> None:
+    req.first_token = at
+
+
+class Replica:
+    """A replica's engine state; ``advance`` moves it through one tick."""
+
+    __slots__ = (
+        "busy_decode",
+        "busy_prefill",
+        "busy_window",
+        "clock",
+        "created",
+        "decoding",
+        "draining",
+        "gone",
+        "id",
+        "in_flight",
+        "kv_used",
+        "perf",
+        "prefill",
+        "prefixes",
+        "ready_at",
+        "running",
+        "seq",
+        "steps",
+        "url",
+        "waiting",
+        "zone",
+    )
+
+    def __init__(self, rid: int, zone: str, perf: Performance, created: float) -> None:
+        self.id = rid
+        self.url = f"sim://{zone}/{rid}"
+        self.zone = zone
+        self.perf = perf
+        self.created = created
+        self.ready_at = created + perf.cold_start_seconds
+        self.gone: float | None = None
+        self.draining = False
+        self.in_flight = 0  # dispatched here and not finished: what the gateway counts
+        self.running = 0  # sequences decoding
+        self.steps = 0.0  # engine steps done (fractional: the fluid model)
+        self.decoding: list[tuple[float, int, Request]] = []  # heap of (finish step, seq, req)
+        self.seq = 0
+        self.prefill: collections.deque[Request] = collections.deque()
+        self.waiting: collections.deque[Request] = collections.deque()  # not admitted: no room
+        self.kv_used = 0
+        self.prefixes: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self.busy_prefill = 0.0  # seconds of step time spent on prefill tokens
+        self.busy_decode = 0.0  # the rest of busy step time
+        self.busy_window = 0.0  # busy seconds since the last utilisation reading
+        self.clock = created  # the replica has run up to here
+
+    def accept(self, req: Request, now: float, first_token: Finish, finish: Finish) -> None:
+        """A request dispatched here by the gateway at ``now``: catch up to then, take it."""
+        if now > self.clock:
+            self.advance(now, first_token, finish)
+        req.replica = self
+        self.in_flight += 1
+        self.waiting.append(req)
+        self._admit()
+
+    def _admit(self) -> None:
+        perf = self.perf
+        while self.waiting:
+            req = self.waiting[0]
+            context = req.input + req.output
+            if self.running + len(self.prefill) >= perf.max_num_seqs:
+                return
+            if self.kv_used + context > perf.kv_cache_tokens and self.running + len(self.prefill):
+                return  # no KV room: it waits (vllm:num_requests_waiting)
+            self.waiting.popleft()
+            self.kv_used += context
+            hit = req.prefix >= 0 and req.prefix in self.prefixes
+            req.cached = hit
+            if hit:
+                self.prefixes.move_to_end(req.prefix)
+            elif req.prefix >= 0 and perf.prefix_cache_entries:
+                self.prefixes[req.prefix] = None
+                if len(self.prefixes) > perf.prefix_cache_entries:
+                    self.prefixes.popitem(last=False)
+            req.prefill_left = max(1, req.input - (req.prefix_tokens if hit else 0))
+            self.prefill.append(req)
+
+    def advance(  # noqa: PLR0912, PLR0915 - the hot loop, kept whole: calls cost here
+        self, until: float, first_token: Finish, finish: Finish
+    ) -> None:
+        """Run the engine from its clock to ``until``, reporting first tokens and finishes.
+
+        The hot loop of the simulator: locals instead of attributes, one event per iteration.
+        """
+        t = self.clock
+        self.clock = until
+        if until <= t or not self.in_flight:
+            return
+        perf = self.perf
+        base = perf.step_base_seconds
+        per_seq = perf.step_per_sequence_seconds
+        per_tok = perf.prefill_per_token_seconds
+        budget = perf.max_num_batched_tokens
+        decoding, prefill = self.decoding, self.prefill
+        running, steps = self.running, self.steps
+        left = until - t
+        busy = busy_prefill = 0.0
+        while True:
+            if prefill:
+                chunk = budget - running if running < budget else 1
+                step = base + per_seq * running + per_tok * chunk
+                to_prefill = prefill[0].prefill_left / chunk
+            elif running:
+                chunk = 0
+                step = base + per_seq * running
+                to_prefill = INF
+            else:
+                break
+            to_end = left / step
+            to_decode = INF
+            if decoding:
+                to_decode = decoding[0][0] - steps
+                to_decode = max(to_decode, 0.0)
+            if to_decode <= to_prefill and to_decode <= to_end:
+                n = to_decode
+            elif to_prefill <= to_end:
+                n = to_prefill
+            else:  # the tick ends mid-step
+                steps += to_end
+                busy += left
+                if chunk:
+                    busy_prefill += to_end * per_tok * chunk
+                    prefill[0].prefill_left -= to_end * chunk
+                break
+            spent = n * step
+            steps += n
+            left -= spent
+            busy += spent
+            if chunk:
+                busy_prefill += n * per_tok * chunk
+                prefill[0].prefill_left -= n * chunk
+            now = until - left
+            if n is to_decode:
+                req = heapq.heappop(decoding)[2]
+                running -= 1
+                self.running, self.steps = running, steps
+                self._release(req)
+                finish(req, now)
+            else:
+                req = prefill.popleft()
+                first_token(req, now)
+                if req.output <= 1:
+                    self.running, self.steps = running, steps
+                    self._release(req)
+                    finish(req, now)
+                else:
+                    running += 1
+                    self.seq += 1
+                    heapq.heappush(decoding, (steps + req.output - 1, self.seq, req))
+            if self.waiting:
+                self.running, self.steps = running, steps
+                self._admit()
+        self.running, self.steps = running, steps
+        self.busy_window += busy
+        self.busy_prefill += busy_prefill
+        self.busy_decode += busy - busy_prefill
+
+    def _release(self, req: Request) -> None:
+        self.kv_used -= req.input + req.output
+        self.in_flight -= 1
+
+    def evict_all(self) -> list[Request]:
+        """The replica died: every request it held, for the gateway to retry or fail."""
+        held = [r for _, _, r in self.decoding] + list(self.prefill) + list(self.waiting)
+        self.decoding.clear()
+        self.prefill.clear()
+        self.waiting.clear()
+        self.running = self.in_flight = self.kv_used = 0
+        return held
+
+    @property
+    def idle(self) -> bool:
+        return self.in_flight == 0
+
+    def kv_usage(self) -> float:
+        return self.kv_used / self.perf.kv_cache_tokens
+
+    def waiting_count(self) -> int:
+        return len(self.waiting)

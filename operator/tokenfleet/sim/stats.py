@@ -1,0 +1,208 @@
+"""What a simulation run measured: per class and tenant, over time, in GPU-hours and dollars."""
+
+from __future__ import annotations
+
+import array
+import collections
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from tokenfleet.sim.replica import Request
+from tokenfleet.sim.scenario import Scenario
+
+OUTCOMES = ("served", "shed", "timed_out", "failed")
+
+
+def _row(rows: np.ndarray[Any, Any], cols: Columns, reasons: list[str]) -> dict[str, Any]:
+    """The summary of a group of requests (a boolean selection of the columns)."""
+    outcome = cols.outcome[rows]
+    served = rows & (cols.outcome == 0)
+    ttft = cols.ttft[served] if served.any() else np.zeros(1)
+    itl = cols.itl[served] if served.any() else np.zeros(1)
+    arrived = int(rows.sum())
+    why = np.bincount(cols.reason[rows], minlength=len(reasons))
+    return {
+        "arrived": arrived,
+        "within_slo": float(cols.met[rows].sum()) / arrived if arrived else 1.0,
+        **{o: int((outcome == i).sum()) for i, o in enumerate(OUTCOMES)},
+        "reasons": {reasons[i]: int(n) for i, n in enumerate(why) if n and reasons[i]},
+        "ttft_p50": float(np.percentile(ttft, 50)),
+        "ttft_p99": float(np.percentile(ttft, 99)),
+        "itl_p99": float(np.percentile(itl, 99)),
+        "input_tokens": int(cols.input[served].sum()),
+        "output_tokens": int(cols.output[served].sum()),
+    }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Columns:
+    """Every ended request, one row each (numpy views of the recorder's arrays)."""
+
+    stream: np.ndarray[Any, Any]
+    outcome: np.ndarray[Any, Any]
+    reason: np.ndarray[Any, Any]
+    met: np.ndarray[Any, Any]
+    ttft: np.ndarray[Any, Any]
+    itl: np.ndarray[Any, Any]
+    input: np.ndarray[Any, Any]
+    output: np.ndarray[Any, Any]
+    second: np.ndarray[Any, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Result:
+    scenario: str
+    scaler: str
+    requests: int
+    wall_seconds: float
+    cpu_seconds: float
+    simulated_seconds: float
+    classes: dict[str, dict[str, Any]]
+    tenants: dict[str, dict[str, Any]]
+    gpu_hours: float
+    cost: float
+    cost_per_million_input: float
+    cost_per_million_output: float
+    timeline: dict[str, dict[str, list[float]]]  # pool → series (one value per second)
+    attainment: dict[str, list[float]]  # class → within-SLO share by arrival second
+
+    @property
+    def speed(self) -> float:
+        """Requests simulated per CPU second: one core; wall time varies with the machine."""
+        return self.requests / self.cpu_seconds if self.cpu_seconds else 0.0
+
+
+class Recorder:
+    """Collects a run's measurements as requests end and seconds pass.
+
+    A request's end appends one row of plain numbers (it happens millions of times); grouping
+    by class and tenant happens once, at the end, in numpy.
+    """
+
+    def __init__(self, scenario: Scenario, scaler: str) -> None:
+        self.scenario = scenario
+        self.scaler = scaler
+        self.slo = [
+            (scenario.slo_of(s.cls).ttft_seconds, scenario.slo_of(s.cls).inter_token_seconds)
+            for s in scenario.streams
+        ]
+        self.reasons: dict[str, int] = {"": 0}
+        self.cols: dict[str, array.array[Any]] = {
+            name: array.array(code)
+            for name, code in (
+                ("stream", "l"),
+                ("outcome", "l"),
+                ("reason", "l"),
+                ("met", "b"),
+                ("ttft", "d"),
+                ("itl", "d"),
+                ("input", "l"),
+                ("output", "l"),
+                ("second", "l"),
+            )
+        }
+        self.cls_of: dict[int, str] = {}
+        self.timeline: dict[str, dict[str, list[float]]] = {}
+        self.gpu_seconds = 0.0
+        self.prefill_seconds = 0.0
+        self.decode_seconds = 0.0
+        self.open = 0
+        self.total = 0
+        self.ended_ids: set[int] | None = None  # set by tests to assert each ends exactly once
+
+    def arrived(self, req: Request) -> None:
+        self.open += 1
+        self.total += 1
+
+    def ended(self, req: Request) -> None:
+        if self.ended_ids is not None:
+            if req.index in self.ended_ids:
+                raise AssertionError(f"request {req.index} ended twice")
+            self.ended_ids.add(req.index)
+        self.open -= 1
+        c = self.cols
+        self.cls_of.setdefault(req.stream, req.cls)
+        ttft = itl = 0.0
+        met = 0
+        outcome = OUTCOMES.index(req.outcome)
+        if outcome == 0:
+            assert req.first_token is not None and req.finished is not None
+            ttft = req.first_token - req.arrival
+            itl = (req.finished - req.first_token) / (req.output - 1) if req.output > 1 else 0.0
+            slo_ttft, slo_itl = self.slo[req.stream]
+            met = 1 if ttft <= slo_ttft and itl <= slo_itl else 0
+        reason = self.reasons.setdefault(req.reason, len(self.reasons))
+        c["stream"].append(req.stream)
+        c["outcome"].append(outcome)
+        c["reason"].append(reason)
+        c["met"].append(met)
+        c["ttft"].append(ttft)
+        c["itl"].append(itl)
+        c["input"].append(req.input)
+        c["output"].append(req.output)
+        c["second"].append(int(req.arrival))
+
+    def sample(self, second: int, pool: str, **values: float) -> None:
+        series = self.timeline.setdefault(pool, collections.defaultdict(list))
+        series["t"].append(float(second))
+        for k, v in values.items():
+            series[k].append(float(v))
+
+    def busy(self, prefill: float, decode: float) -> None:
+        self.prefill_seconds += prefill
+        self.decode_seconds += decode
+
+    def columns(self) -> Columns:
+        kinds = {"l": np.int64, "b": np.int8, "d": np.float64}
+        return Columns(
+            **{k: np.frombuffer(v, dtype=kinds[v.typecode]) for k, v in self.cols.items()}
+        )
+
+    def result(self, wall: float, cpu: float) -> Result:
+        sc = self.scenario
+        cols = self.columns()
+        reasons = sorted(self.reasons, key=self.reasons.__getitem__)
+        gpu_hours = self.gpu_seconds / 3600
+        cost = gpu_hours * sc.gpu_hour_price
+        busy = self.prefill_seconds + self.decode_seconds
+        share_in = self.prefill_seconds / busy if busy else 0.5
+        served = cols.outcome == 0
+        served_in = int(cols.input[served].sum())
+        served_out = int(cols.output[served].sum())
+        classes: dict[str, list[int]] = collections.defaultdict(list)
+        tenants: dict[str, list[int]] = collections.defaultdict(list)
+        for i, s in enumerate(sc.streams):
+            classes[self.cls_of.get(i, s.cls)].append(i)
+            tenants[s.tenant].append(i)
+        seconds = int(sc.duration_seconds)
+        attainment = {}
+        for cls, streams in classes.items():
+            rows = np.isin(cols.stream, streams)
+            sec = cols.second[rows]
+            arrived = np.bincount(sec, minlength=seconds)[:seconds]
+            met = np.bincount(sec, weights=cols.met[rows], minlength=seconds)[:seconds]
+            attainment[cls] = np.where(arrived > 0, met / np.maximum(arrived, 1), 1.0).tolist()
+        return Result(
+            scenario=sc.name,
+            scaler=self.scaler,
+            requests=self.total,
+            wall_seconds=wall,
+            cpu_seconds=cpu,
+            simulated_seconds=sc.duration_seconds,
+            classes={
+                c: _row(np.isin(cols.stream, ss), cols, reasons)
+                for c, ss in sorted(classes.items())
+            },
+            tenants={
+                t: _row(np.isin(cols.stream, ss), cols, reasons)
+                for t, ss in sorted(tenants.items())
+            },
+            gpu_hours=gpu_hours,
+            cost=cost,
+            cost_per_million_input=cost * share_in / served_in * 1e6 if served_in else 0.0,
+            cost_per_million_output=cost * (1 - share_in) / served_out * 1e6 if served_out else 0.0,
+            timeline={p: dict(v) for p, v in self.timeline.items()},
+            attainment=attainment,
+        )
