@@ -20,7 +20,7 @@ def pool_status(cluster: Cluster, ns: str) -> dict[str, Any]:
     return dict(cluster.get("tfpool", "auto", "-n", ns).get("status", {}))
 
 
-def deploy(cluster: Cluster, ns: str) -> None:
+def deploy(cluster: Cluster, ns: str, cold_start: float = 0, down_window: int = 6) -> None:
     cluster.apply(
         manifest(
             "InferencePool",
@@ -33,7 +33,7 @@ def deploy(cluster: Cluster, ns: str) -> None:
                 "autoscaling": {
                     "targetWaitingPerReplica": 1,
                     "scaleUpStabilizationSeconds": 0,
-                    "scaleDownStabilizationSeconds": 6,
+                    "scaleDownStabilizationSeconds": down_window,
                     "maxScaleUpStep": 6,
                     "readinessDelaySeconds": 30,
                 },
@@ -58,15 +58,18 @@ def deploy(cluster: Cluster, ns: str) -> None:
             "metadata": {
                 "name": "auto-model",
                 "namespace": ns,
-                "annotations": {labels.SIM_ARGS: "--inter-token-latency 60ms"},
+                "annotations": {
+                    labels.SIM_ARGS: "--inter-token-latency 60ms",
+                    labels.SIM_COLD_START: str(cold_start),
+                },
             },
         },
     )
 
 
-def load(cluster: Cluster, ns: str, streams: int) -> int:
-    """Streams straight at the Ready pods; returns how many completed. A pod removed by a
-    scale-down cuts its stream (there is no gateway in front to stop routing to it)."""
+def load(cluster: Cluster, ns: str, streams: int, seconds: float = 0) -> int:
+    """Streams straight at the Ready pods (each repeating for ``seconds``); returns how many
+    completed. A pod removed by a scale-down cuts its stream (no gateway stops routing to it)."""
     pods = cluster.get("pods", "-n", ns, "-l", f"{labels.POOL}=auto")["items"]
     ips = [
         p["status"]["podIP"]
@@ -77,23 +80,27 @@ def load(cluster: Cluster, ns: str, streams: int) -> int:
         )
     ]
 
-    def one(i: int) -> bool:
+    def one(i: int) -> int:
         client = openai.OpenAI(
             base_url=f"http://{ips[i % len(ips)]}:8000/v1", api_key="x", max_retries=0, timeout=60
         )
-        try:
-            list(
-                client.completions.create(
-                    model="auto-model",
-                    prompt="go",
-                    max_tokens=60,
-                    stream=True,
-                    extra_body={"ignore_eos": True},
+        done, until = 0, time.monotonic() + seconds
+        while True:
+            try:
+                list(
+                    client.completions.create(
+                        model="auto-model",
+                        prompt="go",
+                        max_tokens=60,
+                        stream=True,
+                        extra_body={"ignore_eos": True},
+                    )
                 )
-            )
-        except openai.APIConnectionError:
-            return False
-        return True
+            except openai.APIConnectionError:
+                return done
+            done += 1
+            if time.monotonic() >= until:
+                return done
 
     with concurrent.futures.ThreadPoolExecutor(streams) as pool:
         return sum(pool.map(one, range(streams)))
@@ -169,3 +176,33 @@ def test_prometheus_frozen_holds_replicas_and_says_so(
         ),
         timeout=30,
     )
+
+
+def test_a_scale_up_does_not_overshoot_while_its_replicas_are_starting(
+    cluster: Cluster, ns: str, operator: Any
+) -> None:
+    # Every replica takes 12 s to load. Sustained load that 5 replicas absorb keeps recommending
+    # 5 for the whole cold start; decisions every second must not add more on top of the
+    # replicas already starting (an incremental "add what is missing" controller would).
+    deploy(cluster, ns, cold_start=12, down_window=120)
+    wait_for("3 ready", lambda: pool_status(cluster, ns).get("readyReplicas") == 3, timeout=90)
+    seen: list[tuple[int, int]] = []
+    with concurrent.futures.ThreadPoolExecutor(1) as background:
+        running = background.submit(load, cluster, ns, 8, 30)
+        wait_for(
+            "a scale-up",
+            lambda: (s := pool_status(cluster, ns)).get("replicas", 0) > 3 and s,
+            timeout=20,
+            every=0.1,
+        )
+        deadline = time.monotonic() + 25  # the cold start, and well past it
+        while time.monotonic() < deadline:
+            s = pool_status(cluster, ns)
+            seen.append((s.get("replicas", 0), s.get("readyReplicas", 0)))
+            time.sleep(0.5)
+        assert running.result(timeout=120) >= 8
+    peak = max(r for r, _ in seen)
+    assert peak == 5, seen  # 8 streams on 3 one-sequence engines: 5 waiting, 1 per replica
+    assert any(ready == peak for _, ready in seen), seen  # and the starting ones did arrive
+    starting = [(r, ready) for r, ready in seen if ready < r]
+    assert starting and all(r == starting[0][0] for r, _ in starting), seen

@@ -111,6 +111,16 @@ def test_annotation_adds_simulator_flags_and_model_label_names_the_model() -> No
 
 
 @pytest.mark.parametrize(
+    ("value", "seconds"), [("45", 45.0), ("2.5", 2.5), ("soon", 0.0), ("-3", 0.0), (None, 0.0)]
+)
+def test_cold_start_annotation_delays_readiness_and_a_typo_does_not_block(
+    value: str | None, seconds: float
+) -> None:
+    spec = simulated.sim_spec(pod(annotations={labels.SIM_COLD_START: value} if value else {}))
+    assert spec is not None and spec.cold_start_seconds == seconds
+
+
+@pytest.mark.parametrize(
     ("ports", "expected"),
     [
         pytest.param(None, 8000, id="default"),

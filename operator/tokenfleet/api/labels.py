@@ -29,6 +29,9 @@ SIMULATED_NODE = f"{PREFIX}/simulated-node"
 SIMULATED_OUTAGE = f"{PREFIX}/simulated-outage"
 #: Local stack only: extra llm-d-inference-sim flags for a worker pod, space-separated.
 SIM_ARGS = "sim.tokenfleet.io/args"
+#: Local stack only: seconds a simulated worker takes to load before it answers (a GPU's cold
+#: start: weights, compilation, warm-up); the pod stays not Ready meanwhile.
+SIM_COLD_START = "sim.tokenfleet.io/cold-start-seconds"
 #: Annotations of a ModelDeployment under this prefix are copied onto its worker pods (so the
 #: local stack's simulators can be given latency or failures); real engines ignore them.
 SIM_PREFIX = "sim.tokenfleet.io/"

@@ -276,6 +276,7 @@ class NodeAgent:
             "max_tokens": 1,
         }
         timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_SECONDS)
+        await asyncio.sleep(sim.spec.cold_start_seconds)  # the simulated weight load
         while sim.child.alive():
             with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
                 async with self._session.post(url, json=body, timeout=timeout) as resp:

@@ -32,6 +32,7 @@ class SimSpec:
     served_names: tuple[str, ...]
     extra_args: tuple[str, ...]
     pod_labels: tuple[tuple[str, str], ...] = ()  # for Prometheus target labels
+    cold_start_seconds: float = 0.0  # loading time before the engine may answer
 
     def env(self) -> dict[str, str]:
         """What a kubelet's downward API would give the engine (the simulator needs POD_IP)."""
@@ -115,7 +116,12 @@ def sim_spec(pod: dict[str, Any]) -> SimSpec | None:
         else ()
     )
     model = model or (served[0] if served else "model")
-    extra = tuple(shlex.split(meta.get("annotations", {}).get(labels.SIM_ARGS, "")))
+    annotations = meta.get("annotations", {})
+    extra = tuple(shlex.split(annotations.get(labels.SIM_ARGS, "")))
+    try:
+        cold_start = max(0.0, float(annotations.get(labels.SIM_COLD_START, "0")))
+    except ValueError:
+        cold_start = 0.0  # a typo must not keep the pod from ever starting
     return SimSpec(
         pod_uid=meta["uid"],
         pod_key=f"{meta.get('namespace')}/{meta.get('name')}",
@@ -125,4 +131,5 @@ def sim_spec(pod: dict[str, Any]) -> SimSpec | None:
         served_names=served,
         extra_args=passed + extra,
         pod_labels=tuple(sorted(meta.get("labels", {}).items())),
+        cold_start_seconds=cold_start,
     )
