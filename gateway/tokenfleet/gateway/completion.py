@@ -72,7 +72,10 @@ async def read_body(request: web.Request, settings: Settings) -> bytes | Rejecte
 
 def pick_pool(catalog: Catalog, model: Model, prompt_tokens: int) -> Pool | None:
     pools = [catalog.pools[p] for p in model.pools if p in catalog.pools]
-    key = routing.choose_pool([(p.key, p.max_input_tokens) for p in pools], prompt_tokens)
+    key = routing.choose_pool(
+        [routing.PoolOption(key=p.key, max_input_tokens=p.max_input_tokens) for p in pools],
+        prompt_tokens=prompt_tokens,
+    )
     return catalog.pools[key] if key is not None else None
 
 
@@ -225,10 +228,15 @@ class Completion:
         if max_tokens != parsed.max_tokens or parsed.max_tokens_given:
             body["max_tokens"] = max_tokens
             body.pop("max_completion_tokens", None)
-        endpoint = routing.choose(
-            state.catalog.endpoints.serving(parsed.model), state.in_flight, state.rng
+        choice = routing.pick(
+            state.catalog.endpoints.group(parsed.model),
+            loads={u: routing.Load(in_flight=n) for u, n in state.in_flight.items()},
+            ask=routing.Ask(),
+            policy=routing.Policy(kind="LeastLoad"),
+            now=time.monotonic(),
+            rng=state.rng,
         )
-        if endpoint is None:
+        if choice is None:
             return self.refuse(
                 Rejected(
                     reason=Reason.NO_ENDPOINTS,
@@ -236,6 +244,7 @@ class Completion:
                     message=f"no ready replica serves '{parsed.model}' right now",
                 )
             )
+        endpoint = choice.endpoint
         self.log["endpoint"] = endpoint.url
         path = "/v1/chat/completions" if self.kind == "chat" else "/v1/completions"
         state.in_flight[endpoint.url] = state.in_flight.get(endpoint.url, 0) + 1
