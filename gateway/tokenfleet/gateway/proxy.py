@@ -43,11 +43,21 @@ class Outcome:
 
 
 class UpstreamFailed(Exception):
-    """Nothing reached the client yet: the caller may retry elsewhere or refuse."""
+    """Nothing reached the client yet: the caller may retry elsewhere or refuse.
 
-    def __init__(self, rejected: Rejected) -> None:
+    ``retryable``: another endpoint may succeed (connect error, 5xx, 429, empty stream), unlike
+    a passed deadline. ``endpoint_fault``: the failure counts against the endpoint's health
+    (429 is the engine pushing back, not failing). ``cause`` names it for metrics.
+    """
+
+    def __init__(
+        self, rejected: Rejected, *, retryable: bool, endpoint_fault: bool, cause: str
+    ) -> None:
         super().__init__(rejected.message)
         self.rejected = rejected
+        self.retryable = retryable
+        self.endpoint_fault = endpoint_fault
+        self.cause = cause
 
 
 @contextlib.asynccontextmanager
@@ -102,7 +112,10 @@ async def forward(
                             reason=Reason.UPSTREAM_ERROR,
                             retry_after=1.0,
                             message=f"the model server answered {upstream.status}: {text}",
-                        )
+                        ),
+                        retryable=True,
+                        endpoint_fault=upstream.status != 429,
+                        cause=f"upstream_{upstream.status}",
                     )
                 if not stream or upstream.status != 200:
                     await _whole(upstream, request, outcome, headers, served_by)
@@ -114,7 +127,10 @@ async def forward(
                 Rejected(
                     reason=Reason.DEADLINE_EXCEEDED,
                     message="the request's deadline passed before the model answered",
-                )
+                ),
+                retryable=False,
+                endpoint_fault=False,
+                cause="deadline",
             ) from None
         outcome.error = Reason.DEADLINE_EXCEEDED
         await _error_event(
@@ -127,7 +143,10 @@ async def forward(
                     reason=Reason.UPSTREAM_ERROR,
                     retry_after=1.0,
                     message=f"the model server could not be reached: {type(exc).__name__}",
-                )
+                ),
+                retryable=True,
+                endpoint_fault=True,
+                cause="connect",
             ) from None
         outcome.error = Reason.UPSTREAM_ERROR
         await _error_event(outcome, Reason.UPSTREAM_ERROR, "the model server's stream broke off")
@@ -200,7 +219,10 @@ async def _relay(
                     reason=Reason.UPSTREAM_ERROR,
                     retry_after=1.0,
                     message="the model server closed the stream without data",
-                )
+                ),
+                retryable=True,
+                endpoint_fault=True,
+                cause="empty_stream",
             )
         outcome.error = Reason.UPSTREAM_ERROR
         await _error_event(outcome, Reason.UPSTREAM_ERROR, "the model server's stream ended early")
