@@ -91,6 +91,9 @@ async def serve(
         log.update(endpoint=endpoint.url, route_reason=choice.why.value, attempts=attempt)
         if endpoint.revision:
             headers[REVISION_HEADER] = endpoint.revision
+        # Recorded when sent, not when answered: requests for the same prefix that arrive while
+        # the first is still prefilling must follow it, not scatter and prefill it everywhere.
+        router.record(hashes, endpoint)
         try:
             outcome = await _attempt(
                 state, endpoint, payload=payload, work=work, request=request, headers=headers
@@ -103,8 +106,6 @@ async def serve(
             tried |= {endpoint.url}
             await asyncio.sleep(router.backoff(attempt))
             continue
-        if outcome.status == 200:
-            router.record(hashes, endpoint)
         return outcome
     return failure
 

@@ -26,6 +26,10 @@ from tokenfleet.gateway.policy.rejections import Reason, Rejected
 _DATA = b"data: "
 _DONE = b"data: [DONE]"
 _USAGE = b'"usage":{'
+#: A stream whose first event is an error: the engine refused the request after answering 200
+#: (vLLM-compatible servers do this, e.g. when the KV cache cannot hold the prompt). Nothing has
+#: reached the client yet, so it is retried elsewhere like a 429.
+_ERROR_EVENT = b'data: {"error"'
 
 
 @dataclasses.dataclass(slots=True)
@@ -201,6 +205,18 @@ async def _relay(
     async for chunk in upstream.content.iter_any():
         now = time.monotonic()
         if outcome.response is None:
+            if chunk.startswith(_ERROR_EVENT):  # refused in-band (e.g. KV cache full): not sent
+                raise UpstreamFailed(
+                    Rejected(
+                        reason=Reason.UPSTREAM_ERROR,
+                        retry_after=1.0,
+                        message="the model server refused: "
+                        + chunk[len(_DATA) : 300].decode(errors="replace"),
+                    ),
+                    retryable=True,
+                    endpoint_fault=False,
+                    cause="error_event",
+                )
             outcome.first_byte_at = now
             outcome.response = response
             await response.prepare(request)

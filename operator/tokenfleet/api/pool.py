@@ -272,7 +272,7 @@ class Routing(Model):
     load_weight: float = Field(default=1.0, ge=0, description="Weight of replica load.")
     zone_weight: float = Field(default=0.5, ge=0, description="Weight of same-zone preference.")
     bounded_load: float = Field(
-        default=1.25,
+        default=2.0,
         ge=1,
         description="A replica keeps prefix affinity only while its load is at most this times "
         "the mean load of the replicas compared (plus one request), so a hot prefix spreads "

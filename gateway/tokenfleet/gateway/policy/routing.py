@@ -11,8 +11,9 @@ revision, precomputed per snapshot):
    endpoint is ejected, use them anyway: a probably-failing replica beats a certain 503);
 3. **score** — ``prefix·affinity + load·(1 − relative load) + zone·same-zone`` where load is
    in-flight requests counted by this gateway plus the engine's waiting queue and KV usage when
-   the scrape is fresh; affinity is withdrawn from an endpoint loaded beyond ``bounded_load`` ×
-   the shortlist's mean (a hot prefix spreads instead of pinning one replica); the zone bonus is
+   the scrape is fresh; affinity is withdrawn from an endpoint with more requests than
+   ``bounded_load`` × the shortlist's mean plus one (a hot prefix spreads instead of pinning
+   one replica, and a cold one stays put); the zone bonus is
    withdrawn from a saturated endpoint (spill to other zones);
 4. **pick** — the best score, ties broken by the injected ``rng``: decisions replay exactly.
 """
@@ -140,7 +141,7 @@ class Policy:
     prefix: float = 2.0
     load: float = 1.0
     zone: float = 0.5
-    bounded_load: float = 1.25
+    bounded_load: float = 2.0
     """Affinity only while an endpoint's load ≤ this × the shortlist mean (+ one request)."""
     sample: int = 8
     """k: endpoints scored besides the prefix holders when the group is larger."""
@@ -203,12 +204,12 @@ def usable(listed: Sequence[Endpoint], group: Group, ask: Ask) -> tuple[list[End
     return fresh, bool(fresh)
 
 
-def pressure(e: Endpoint, load: Load, *, now: float, stale_after: float) -> float:
-    """Share of the endpoint's concurrency in use, engine queue and KV pressure included."""
+def occupancy(e: Endpoint, load: Load, *, now: float, stale_after: float) -> tuple[float, float]:
+    """(requests there — in flight plus the engine's queue — per unit of concurrency, KV usage);
+    scraped figures older than ``stale_after`` count as unknown (0), in-flight always counts."""
     fresh = load.scraped_at is not None and now - load.scraped_at <= stale_after
     queued = load.in_flight + (load.waiting if fresh else 0)
-    kv = load.kv_usage if fresh else 0.0
-    return queued / max(1, e.max_concurrency) + kv
+    return queued / max(1, e.max_concurrency), load.kv_usage if fresh else 0.0
 
 
 def pick(
@@ -248,12 +249,15 @@ def _best(
     rng: Rng,
     panic: bool,
 ) -> Choice:
-    press = [
-        pressure(e, loads.get(e.url, IDLE), now=now, stale_after=policy.stale_after)
+    occupied = [
+        occupancy(e, loads.get(e.url, IDLE), now=now, stale_after=policy.stale_after)
         for e in candidates
     ]
+    press = [requests + kv for requests, kv in occupied]  # what the load score compares
     top = max(press)
-    ceiling = policy.bounded_load * sum(press) / len(press)
+    # Bounded load counts requests only: KV usage moves with prompt lengths, and a spill on
+    # that noise would copy a hot prefix to replicas that have no need of it.
+    ceiling = policy.bounded_load * sum(r for r, _ in occupied) / len(occupied)
     prefix_w = policy.prefix if policy.kind == "PrefixAware" else 0.0
     zone_w = policy.zone if ask.zone else 0.0
     best: list[int] = []
@@ -263,7 +267,7 @@ def _best(
     local = [False] * len(candidates)
     for i, e in enumerate(candidates):
         fraction = ask.match.fraction(e.url) if prefix_w else 0.0
-        if fraction and press[i] > ceiling + 1 / max(1, e.max_concurrency):
+        if fraction and occupied[i][0] > ceiling + 1 / max(1, e.max_concurrency):
             fraction, spilled = 0.0, True  # bounded load: a hot prefix must not pin one replica
         affinity[i] = fraction
         local[i] = bool(zone_w) and e.zone == ask.zone and press[i] < policy.zone_saturation
