@@ -8,6 +8,7 @@ and the revision pin; fallback when the primary has no room; two pools by contex
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import http.client
 import json
@@ -316,3 +317,72 @@ def _prompt_tokens(sim: Sim) -> float:
         return sim.metric("vllm:prompt_tokens_total")
     except AssertionError:  # not exported before the first request
         return 0.0
+
+
+def in_process_gateway(models: list[dict[str, Any]], pools: list[dict[str, Any]]) -> Any:
+    """The gateway app in this process (a catalog can then lose or gain endpoints at will)."""
+    from tokenfleet.gateway.app import create_app
+    from tokenfleet.gateway.config import Settings, StaticConfig
+
+    catalog = StaticConfig.model_validate(static(models, pools)).catalog()
+    settings = Settings(salt_secret=b"s", cold_start_seconds=1.0, access_log=False)
+    return create_app(settings), catalog
+
+
+async def test_no_ready_endpoint_falls_back_or_holds_for_a_cold_start(tmp: Path) -> None:
+    import dataclasses
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from tokenfleet.gateway.policy import routing
+    from tokenfleet.gateway.state import STATE
+
+    small, orphan = start_sim(tmp, "small"), start_sim(tmp, "orphan")
+    models = [
+        {"name": "big", "endpoints": ["http://127.0.0.1:9"], "pool": "p", "fallback": "small"},
+        {"name": "orphan", "endpoints": ["http://127.0.0.1:9"], "pool": "p"},
+        {"name": "small", "endpoints": [small.url], "pool": "p"},
+    ]
+    app, full = in_process_gateway(models, [{"name": "p"}])
+    only_small = full.with_endpoints(
+        routing.Snapshot(tuple(e for e in full.endpoints.endpoints if e.url == small.url))
+    )
+    auth = {"Authorization": f"Bearer {KEY}"}
+    async with TestClient(TestServer(app)) as client:
+        state = app[STATE]
+        state.swap(only_small)  # big and orphan: no ready replica
+        r = await client.post(
+            "/v1/completions", json={"model": "big", "prompt": "hi", "max_tokens": 2}, headers=auth
+        )
+        assert r.status == 200
+        assert r.headers["X-TokenFleet-Model"] == "small"
+        assert r.headers["X-TokenFleet-Fallback-From"] == "big"
+        assert (await r.json())["model"] == "small"
+
+        started = time.monotonic()
+        r = await client.post(
+            "/v1/completions", json={"model": "orphan", "prompt": "hi"}, headers=auth
+        )
+        assert r.status == 503 and r.headers["Retry-After"]
+        assert (await r.json())["error"]["code"] == "no_healthy_upstream"
+        assert time.monotonic() - started >= 0.9  # held for the cold-start window first
+
+        # a replica of orphan becomes ready while a request waits: it is served
+        revived = dataclasses.replace(
+            next(e for e in full.endpoints.endpoints if "orphan" in e.models), url=orphan.url
+        )
+        pending = asyncio.ensure_future(
+            client.post(
+                "/v1/completions",
+                json={"model": "orphan", "prompt": "hi", "max_tokens": 2},
+                headers=auth,
+            )
+        )
+        await asyncio.sleep(0.3)
+        state.swap(
+            only_small.with_endpoints(routing.Snapshot((*only_small.endpoints.endpoints, revived)))
+        )
+        r = await pending
+        assert r.status == 200 and r.headers["X-TokenFleet-Model"] == "orphan"
+    small.kill()
+    orphan.kill()
