@@ -157,11 +157,15 @@ class Router:
             self.index.record(hashes, endpoint.url)
 
     def forget_gone(self, live: frozenset[str]) -> None:
-        """Drop state of endpoints no longer in the catalog (their caches are gone too)."""
+        """Drop health and scrapes of endpoints no longer in the catalog.
+
+        The prefix index is left alone: forgetting costs a walk over all its entries per
+        endpoint (a rollout would stall the loop), while a stale holder is harmless — routing
+        ignores URLs outside the snapshot, and the LRU ages them out.
+        """
         for url in [u for u in self.health if u not in live]:
             self.health.pop(url, None)
             self._ejected.discard(url)
-            self.index.forget(url)
         for url in [u for u in self.scraped if u not in live]:
             del self.scraped[url]
 

@@ -86,6 +86,9 @@ class Snapshot:
     groups: Mapping[tuple[str, str, str], Group] = dataclasses.field(
         default_factory=dict, compare=False
     )
+    revision_sets: Mapping[tuple[str, str], frozenset[str]] = dataclasses.field(
+        default_factory=dict, compare=False
+    )
 
     def __post_init__(self) -> None:
         if self.groups or not self.endpoints:
@@ -101,6 +104,12 @@ class Snapshot:
                 }:
                     found.setdefault(key, []).append(e)
         object.__setattr__(self, "groups", {k: Group.of(v) for k, v in found.items()})
+        revisions = {
+            (model, pool): frozenset(e.revision for e in members)
+            for (model, pool, revision), members in found.items()
+            if not revision
+        }
+        object.__setattr__(self, "revision_sets", revisions)
 
     def group(self, model: str, *, pool: str = "", revision: str = "") -> Group:
         return self.groups.get((model, pool, revision), EMPTY)
@@ -109,8 +118,8 @@ class Snapshot:
         return self.group(model).endpoints
 
     def revisions(self, model: str, *, pool: str = "") -> frozenset[str]:
-        """Revisions with at least one ready endpoint."""
-        return frozenset(e.revision for e in self.group(model, pool=pool).endpoints)
+        """Revisions with at least one ready endpoint (precomputed: O(1))."""
+        return self.revision_sets.get((model, pool), frozenset())
 
     def models(self) -> frozenset[str]:
         return frozenset(m for e in self.endpoints for m in e.models)
