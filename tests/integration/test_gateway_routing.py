@@ -3,7 +3,8 @@
 prefix affinity vs round robin with KV-cache simulation and a per-token prefill cost; retries
 recovering injected 5xx within the budget; the budget capping amplification in a total outage;
 outlier ejection; a worker killed mid-stream (error event, no retry); a 90/10 revision split
-and the revision pin; fallback when the primary has no room; two pools by context bucket.
+and the revision pin; fallback when the primary has no room or no ready replica; the
+cold-start hold; two pools by context bucket; batch traffic to a pool dedicated to it.
 """
 
 from __future__ import annotations
@@ -310,6 +311,34 @@ def test_two_pools_by_context_bucket(tmp: Path) -> None:
     assert toolong[0] == 400 and b"context_length_exceeded" in toolong[2]
     short.kill()
     long.kill()
+
+
+def test_batch_traffic_goes_to_the_batch_pool(tmp: Path) -> None:
+    online, batch = start_sim(tmp, "m"), start_sim(tmp, "m")
+    models = [entry("m", [online], pool="online"), entry("m", [batch], pool="batch")]
+    pools = [{"name": "online"}, {"name": "batch", "routing": {"classes": ["batch"]}}]
+    batch_key = "tfk-batch-" + "0" * 32
+    cfg = static(models, pools)
+    cfg["tenants"] = [
+        {**TENANT, "priorityClass": "interactive"},
+        {
+            "name": "nightly",
+            "apiKeyHashes": [key_hash(batch_key)],
+            "allowedModels": ["*"],
+            "priorityClass": "batch",
+        },
+    ]
+    body = {"model": "m", "prompt": "one two three", "max_tokens": 1}
+    with running(start_gateway(tmp, cfg)) as g:
+        for _ in range(5):
+            assert post(g, body)[0] == 200
+        for _ in range(3):
+            assert post(g, body, headers={"Authorization": f"Bearer {batch_key}"})[0] == 200
+    wait_for("the simulators' counters", lambda: _prompt_tokens(batch) > 0, timeout=5)
+    per_request = _prompt_tokens(online) / 5
+    assert _prompt_tokens(batch) == 3 * per_request  # only the batch tenant's requests
+    online.kill()
+    batch.kill()
 
 
 def _prompt_tokens(sim: Sim) -> float:
