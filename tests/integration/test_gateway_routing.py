@@ -4,7 +4,8 @@ prefix affinity vs round robin with KV-cache simulation and a per-token prefill 
 recovering injected 5xx within the budget; the budget capping amplification in a total outage;
 outlier ejection; a worker killed mid-stream (error event, no retry); a 90/10 revision split
 and the revision pin; fallback when the primary has no room or no ready replica; the
-cold-start hold; two pools by context bucket; batch traffic to a pool dedicated to it.
+cold-start hold; two pools by context bucket; batch traffic to a pool dedicated to it; zone
+preference.
 """
 
 from __future__ import annotations
@@ -339,6 +340,20 @@ def test_batch_traffic_goes_to_the_batch_pool(tmp: Path) -> None:
     assert _prompt_tokens(batch) == 3 * per_request  # only the batch tenant's requests
     online.kill()
     batch.kill()
+
+
+def test_same_zone_replicas_are_preferred(tmp: Path) -> None:
+    near, far = start_sim(tmp, "m"), start_sim(tmp, "m")
+    models = [entry("m", [near], zone="zone-b"), entry("m", [far], zone="zone-a")]
+    body = {"model": "m", "prompt": "one two three", "max_tokens": 1}
+    with running(start_gateway(tmp, static(models), "--zone", "zone-b")) as g:
+        for _ in range(10):
+            assert post(g, body)[0] == 200
+        by_zone = metric(g, "tokenfleet_gateway_routing_decisions_total", reason="zone")
+    wait_for("the simulators' counters", lambda: _prompt_tokens(near) > 0, timeout=5)
+    assert _prompt_tokens(far) == 0 and by_zone == 10
+    near.kill()
+    far.kill()
 
 
 def _prompt_tokens(sim: Sim) -> float:
