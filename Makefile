@@ -72,6 +72,7 @@ $(PEERS)/.installed:
 bench: $(VENV)/.installed binaries $(PEERS)/.installed
 	$(PY) bench/gateway_overhead.py
 	$(PY) bench/operator_scale.py
+	$(PY) bench/routing.py
 
 crds: $(VENV)/.installed
 	$(PY) -m tokenfleet.api.crd --write crds

@@ -52,6 +52,33 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     p.add_argument("--no-access-log", action="store_true")
+    p.add_argument(
+        "--zone",
+        default=os.environ.get("TOKENFLEET_ZONE", ""),
+        help="this replica's zone: same-zone workers are preferred",
+    )
+    p.add_argument(
+        "--max-attempts", type=int, default=3, help="tries per request, retries included"
+    )
+    p.add_argument(
+        "--retry-budget-percent",
+        type=float,
+        default=10.0,
+        help="retries allowed as a percent of requests over a sliding 10 s window",
+    )
+    p.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=1.0,
+        help="seconds between reads of each worker's /metrics (0: off)",
+    )
+    p.add_argument(
+        "--cold-start-seconds",
+        type=float,
+        default=30.0,
+        help="hold requests this long when no replica is ready, then 503",
+    )
+    p.add_argument("--seed", type=int, default=None, help="routing random seed (replays)")
     return p
 
 
@@ -106,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         access_log=not args.no_access_log,
         body_timeout_seconds=args.body_timeout,
         max_body_bytes=args.max_body_bytes,
+        zone=args.zone,
+        max_attempts=max(1, args.max_attempts),
+        retry_budget_ratio=args.retry_budget_percent / 100,
+        scrape_seconds=args.scrape_interval,
+        cold_start_seconds=args.cold_start_seconds,
+        seed=args.seed,
     )
     if not settings.salt_secret:
         logging.warning(

@@ -15,6 +15,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
+from tokenfleet.gateway import router
 from tokenfleet.gateway.completion import Completion, authenticate, reject
 from tokenfleet.gateway.config import Settings
 from tokenfleet.gateway.metrics import Metrics
@@ -137,15 +138,17 @@ async def openai_errors(request: web.Request, handler: Any) -> web.StreamRespons
 def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Application:
     """The aiohttp application; a catalog source must call ``app[STATE].swap()``."""
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[openai_errors])
+    registry = Metrics.create(metrics_registry)
     app[STATE] = GatewayState(
         settings=settings,
-        metrics=Metrics.create(metrics_registry),
+        metrics=registry,
         quotas=QuotaStore(
             url=settings.redis_url,
             failure=settings.quota_failure,
             replicas=settings.expected_replicas,
         ),
         admitter=Admitter(),
+        router=router.Router(settings, registry.routing),
     )
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
@@ -154,6 +157,9 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.cleanup_ctx.append(_client_session)
+    app.cleanup_ctx.append(
+        router.scraping(lambda a: a[STATE].router, lambda a: a[STATE].catalog.endpoints.endpoints)
+    )
     return app
 
 

@@ -11,12 +11,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tokenfleet.api import labels
-from tokenfleet.api.deployment import ModelDeploymentSpec
-from tokenfleet.api.pool import AdmissionClass, InferencePoolSpec
+from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
+from tokenfleet.api.pool import AdmissionClass, InferencePoolSpec, Routing
 from tokenfleet.api.tenant import TenantSpec
 from tokenfleet.gateway.policy import quotas
 from tokenfleet.gateway.policy.admission import ClassPolicy
-from tokenfleet.gateway.policy.routing import Endpoint, Snapshot
+from tokenfleet.gateway.policy.routing import Endpoint, PoolOption, Snapshot
+from tokenfleet.gateway.policy.routing import Policy as RoutingPolicy
 
 DEFAULT_CONCURRENCY = 256  # vLLM's default --max-num-seqs
 
@@ -28,6 +29,13 @@ class Pool:
     key: str  # namespace/name
     classes: Mapping[str, ClassPolicy]
     max_input_tokens: int
+    routing: RoutingPolicy = dataclasses.field(default_factory=RoutingPolicy)
+    dedicated_to: frozenset[str] = frozenset()  # traffic classes the pool is for ("" → all)
+
+    def option(self) -> PoolOption:
+        return PoolOption(
+            key=self.key, max_input_tokens=self.max_input_tokens, classes=self.dedicated_to
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,6 +46,8 @@ class Model:
     pools: tuple[str, ...]
     fallback: str | None = None
     max_concurrency: int = DEFAULT_CONCURRENCY
+    revision_weights: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """Traffic percent per revision, as the operator publishes it (empty: any revision)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,20 +92,36 @@ def class_policy(c: AdmissionClass) -> ClassPolicy:
     )
 
 
+def routing_policy(r: Routing) -> RoutingPolicy:
+    return RoutingPolicy(
+        kind=r.policy,
+        prefix=r.prefix_weight,
+        load=r.load_weight,
+        zone=r.zone_weight,
+        bounded_load=r.bounded_load,
+        sample=r.sample_size,
+    )
+
+
 def pool_of(key: str, spec: InferencePoolSpec) -> Pool:
     return Pool(
         key=key,
         classes={c.name: class_policy(c) for c in spec.admission.classes},
         max_input_tokens=spec.max_input_tokens,
+        routing=routing_policy(spec.routing),
+        dedicated_to=frozenset(spec.routing.classes),
     )
 
 
-def models_of(namespace: str, spec: ModelDeploymentSpec) -> dict[str, Model]:
+def models_of(
+    namespace: str, spec: ModelDeploymentSpec, status: ModelDeploymentStatus | None = None
+) -> dict[str, Model]:
     model = Model(
         name=spec.model.name,
         pools=tuple(f"{namespace}/{p}" for p in spec.pools),
         fallback=spec.fallback.model if spec.fallback else None,
         max_concurrency=spec.engine.max_num_seqs or DEFAULT_CONCURRENCY,
+        revision_weights={r.name: r.weight for r in status.revisions} if status else {},
     )
     return {name: model for name in (spec.model.name, *spec.model.aliases)}
 
@@ -170,6 +196,14 @@ def endpoints_of(pods: Iterable[Mapping[str, Any]], models: Mapping[str, Model])
     return Snapshot(tuple(sorted(found, key=lambda e: e.url)))
 
 
+def _status_of(raw: Mapping[str, Any]) -> ModelDeploymentStatus | None:
+    """The operator's published status; unparseable (kopf's own keys, say) → no weights."""
+    try:
+        return ModelDeploymentStatus.model_validate({k: raw[k] for k in ("revisions",) if k in raw})
+    except ValueError:
+        return None
+
+
 def from_objects(
     *,
     pools: Iterable[Mapping[str, Any]],
@@ -194,9 +228,11 @@ def from_objects(
     model_map: dict[str, Model] = {}
     for obj in sorted(models, key=key):  # a served name claimed twice: the first (by key) wins
         try:
+            raw_status = obj.get("status") or {}
             found = models_of(
                 obj["metadata"]["namespace"],
                 ModelDeploymentSpec.model_validate(obj.get("spec", {})),
+                _status_of(raw_status),
             )
         except ValueError:
             continue

@@ -8,17 +8,20 @@ refusal is a Rejected value, rendered by :func:`reject`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import itertools
 import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from tokenfleet.gateway import keys, proxy
+from tokenfleet.gateway import attempts, keys, proxy
 from tokenfleet.gateway.catalog import Catalog, Model, Pool, Tenant
 from tokenfleet.gateway.config import Settings
 from tokenfleet.gateway.policy import admission, deadlines, requests, routing
@@ -26,12 +29,23 @@ from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.policy.salt import cache_salt
 from tokenfleet.gateway.state import STATE
 
+#: Admission refusals that mean "no room on this model": its fallback may take the request.
+NO_ROOM = frozenset(
+    {
+        Reason.NO_ENDPOINTS,
+        Reason.QUEUE_FULL,
+        Reason.QUEUE_TIMEOUT,
+        Reason.DEADLINE_UNMEETABLE,
+        Reason.SHED,
+    }
+)
+
 access_log = logging.getLogger("tokenfleet.gateway.access")
 log = logging.getLogger("tokenfleet.gateway")
 
 
-def reject(rejected: Rejected, request_id: str = "") -> web.Response:
-    headers = {"X-Request-Id": request_id} if request_id else {}
+def reject(rejected: Rejected, extra: Mapping[str, str] | None = None) -> web.Response:
+    headers = dict(extra or {})
     if rejected.retry_after is not None:
         headers["Retry-After"] = str(max(1, round(rejected.retry_after)))
     return web.Response(
@@ -70,9 +84,9 @@ async def read_body(request: web.Request, settings: Settings) -> bytes | Rejecte
         return Rejected(reason=Reason.BODY_TIMEOUT, message="the request body arrived too slowly")
 
 
-def pick_pool(catalog: Catalog, model: Model, prompt_tokens: int) -> Pool | None:
-    pools = [catalog.pools[p] for p in model.pools if p in catalog.pools]
-    key = routing.choose_pool([(p.key, p.max_input_tokens) for p in pools], prompt_tokens)
+def pick_pool(catalog: Catalog, model: Model, prompt_tokens: int, cls: str = "") -> Pool | None:
+    options = [catalog.pools[p].option() for p in model.pools if p in catalog.pools]
+    key = routing.choose_pool(options, prompt_tokens=prompt_tokens, cls=cls)
     return catalog.pools[key] if key is not None else None
 
 
@@ -96,6 +110,7 @@ class Completion:
         self.request_id = request.headers.get("X-Request-Id", "")[:64] or _new_request_id()
         self.log: dict[str, Any] = {"request_id": self.request_id, "route": request.path}
         self.used_tokens = 0  # what the request has consumed so far: settled even on cancel
+        self.headers = {"X-Request-Id": self.request_id}  # on the response, whoever answers
 
     async def run(self) -> web.StreamResponse:
         catalog = self.state.catalog
@@ -124,7 +139,7 @@ class Completion:
             return self.refuse(
                 Rejected(reason=reason, param="model", message=f"model '{parsed.model}' {verb}")
             )
-        pool = pick_pool(catalog, model, parsed.prompt_tokens)
+        pool = pick_pool(catalog, model, parsed.prompt_tokens, tenant.priority_class)
         if pool is None:
             return self.refuse(
                 Rejected(
@@ -154,31 +169,69 @@ class Completion:
         if isinstance(reservation, Rejected):
             return self.refuse(reservation)
         try:
-            return await self.admitted(
-                parsed,
-                tenant=tenant,
-                model=model,
-                pool=pool,
-                cls=cls,
-                due=due,
-                max_tokens=max_tokens,
+            return await self.served(
+                parsed, tenant=tenant, model=model, pool=pool, due=due, max_tokens=max_tokens
             )
         finally:
             await self.state.quotas.settle(reservation, self.used_tokens)
 
-    async def admitted(
+    async def served(
         self,
         parsed: requests.Parsed,
         *,
         tenant: Tenant,
         model: Model,
         pool: Pool,
-        cls: str,
         due: float,
         max_tokens: int,
     ) -> web.StreamResponse:
-        """Queue, route and proxy."""
+        """The model, or its fallback when the model has no ready replica or no room."""
+        catalog = self.state.catalog
+        fallback = catalog.models.get(model.fallback) if model.fallback else None
+        fallback_pool = pick_pool(catalog, fallback, parsed.prompt_tokens) if fallback else None
+        work = functools.partial(
+            self.admitted, parsed=parsed, tenant=tenant, due=due, max_tokens=max_tokens
+        )
+
+        def fallback_ready() -> bool:
+            endpoints = self.state.catalog.endpoints
+            return bool(
+                fallback
+                and fallback_pool
+                and endpoints.group(fallback.name, pool=fallback_pool.key)
+            )
+
+        why = "no_endpoints"
+        if catalog.endpoints.group(model.name, pool=pool.key) or not fallback_ready():
+            result = await work(model=model, pool=pool)  # nothing anywhere: hold for a cold start
+            if not (isinstance(result, Rejected) and result.reason in NO_ROOM and fallback_ready()):
+                return self.refuse(result) if isinstance(result, Rejected) else result
+            why = result.reason.value
+        assert fallback is not None and fallback_pool is not None
+        self.state.metrics.routing.fallbacks.labels(model.name, fallback.name, why).inc()
+        self.log.update(fallback_from=model.name, fallback_reason=why)
+        self.headers["X-TokenFleet-Fallback-From"] = model.name
+        result = await work(model=fallback, pool=fallback_pool)
+        return self.refuse(result) if isinstance(result, Rejected) else result
+
+    async def admitted(
+        self,
+        *,
+        parsed: requests.Parsed,
+        tenant: Tenant,
+        model: Model,
+        pool: Pool,
+        due: float,
+        max_tokens: int,
+    ) -> web.StreamResponse | Rejected:
+        """Hold through a cold start, queue, route and proxy; Rejected if it never started."""
         state, admitter = self.state, self.state.admitter
+        cls = admission.class_for(tenant.priority_class, pool.classes)
+        self.log.update(pool=pool.key, **{"class": cls})
+        if not state.catalog.endpoints.group(model.name, pool=pool.key):
+            cold = await self.held(model, pool, due)
+            if cold is not None:
+                return cold
         cap = state.capacity(pool.key)
         state.metrics.queue_depth.labels(pool.key, cls).set(admitter.queue(pool.key).depth(cls) + 1)
         refused = await admitter.acquire(
@@ -186,7 +239,7 @@ class Completion:
         )
         self.observe_queue(pool, cls)
         if refused is not None:
-            return self.refuse(refused)
+            return refused
         started_at = time.monotonic()
         state.metrics.queue_wait.labels(pool.key, cls).observe(started_at - self.started)
         state.metrics.in_flight.labels(pool.key, cls).inc()
@@ -194,7 +247,7 @@ class Completion:
             load = admitter.queue(pool.key).load(cap)
             capped = admission.max_tokens(policy=pool.classes[cls], load=load, requested=max_tokens)
             return await self.proxied(
-                parsed, tenant=tenant, model=model, cls=cls, due=due, max_tokens=capped
+                parsed, tenant=tenant, model=model, pool=pool, cls=cls, due=due, max_tokens=capped
             )
         finally:
             state.metrics.in_flight.labels(pool.key, cls).dec()
@@ -206,12 +259,29 @@ class Completion:
             )
             self.observe_queue(pool, cls)
 
+    async def held(self, model: Model, pool: Pool, due: float) -> Rejected | None:
+        """No ready replica: wait for one (a cold start) within the window and the deadline."""
+        state = self.state
+        until = min(due, time.monotonic() + state.settings.cold_start_seconds)
+        while not state.catalog.endpoints.group(model.name, pool=pool.key):
+            left = until - time.monotonic()
+            if left <= 0:
+                return Rejected(
+                    reason=Reason.NO_ENDPOINTS,
+                    retry_after=max(1.0, state.settings.cold_start_seconds),
+                    message=f"no ready replica serves '{model.name}' right now",
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(state.changed.wait(), timeout=left)
+        return None
+
     async def proxied(
         self,
         parsed: requests.Parsed,
         *,
         tenant: Tenant,
         model: Model,
+        pool: Pool,
         cls: str,
         due: float,
         max_tokens: int,
@@ -225,38 +295,16 @@ class Completion:
         if max_tokens != parsed.max_tokens or parsed.max_tokens_given:
             body["max_tokens"] = max_tokens
             body.pop("max_completion_tokens", None)
-        endpoint = routing.choose(
-            state.catalog.endpoints.serving(parsed.model), state.in_flight, state.rng
+        outcome = await attempts.serve(
+            attempts.Work(parsed=parsed, model=model, pool=pool, body=body, due=due),
+            state=state,
+            request=self.request,
+            headers=self.headers,
+            log=self.log,
         )
-        if endpoint is None:
-            return self.refuse(
-                Rejected(
-                    reason=Reason.NO_ENDPOINTS,
-                    retry_after=5.0,
-                    message=f"no ready replica serves '{parsed.model}' right now",
-                )
-            )
-        self.log["endpoint"] = endpoint.url
-        path = "/v1/chat/completions" if self.kind == "chat" else "/v1/completions"
-        state.in_flight[endpoint.url] = state.in_flight.get(endpoint.url, 0) + 1
-        self.used_tokens = parsed.prompt_tokens  # the prompt is prefilled once sent
-        assert state.session is not None
-        try:
-            outcome = await proxy.forward(
-                session=state.session,
-                url=endpoint.url + path,
-                body=orjson.dumps(body),
-                request=self.request,
-                stream=parsed.stream,
-                deadline=due,
-                headers={"X-Request-Id": self.request_id},
-                served_by=model.name,
-            )
-        except proxy.UpstreamFailed as failed:
+        if isinstance(outcome, Rejected):
             self.used_tokens = 0  # nothing was served
-            return self.refuse(failed.rejected)
-        finally:
-            state.in_flight[endpoint.url] -= 1
+            return self.refuse(outcome)
         completion = (
             outcome.completion_tokens
             if outcome.completion_tokens is not None
@@ -322,7 +370,7 @@ class Completion:
         ).inc()
         self.log.update(status=rejected.status, outcome="rejected", reason=rejected.reason.value)
         self.write_log()
-        return reject(rejected, self.request_id)
+        return reject(rejected, self.headers)
 
     def write_log(self) -> None:
         if self.state.settings.access_log:

@@ -16,7 +16,7 @@ import yaml
 from pydantic import Field
 
 from tokenfleet.api.base import Model as ApiModel
-from tokenfleet.api.pool import Admission
+from tokenfleet.api.pool import Admission, Routing
 from tokenfleet.api.tenant import TenantSpec
 from tokenfleet.gateway import catalog
 from tokenfleet.gateway.policy.routing import Endpoint, Snapshot
@@ -45,6 +45,24 @@ class Settings:
     drain_seconds: float = 30.0
     """Graceful shutdown: how long in-flight streams may finish."""
     access_log: bool = True
+    zone: str = ""
+    """This replica's zone (TOKENFLEET_ZONE, from the downward API): same-zone workers first."""
+    max_attempts: int = 3
+    """Tries per request (first + retries), each on another endpoint, before any byte flowed."""
+    retry_budget_ratio: float = 0.1
+    """Retries allowed per request over a sliding 10 s window: caps amplification in an outage."""
+    retry_budget_min: int = 3
+    """Retries allowed per window regardless of traffic, so a quiet gateway can retry a fluke."""
+    scrape_seconds: float = 1.0
+    """How often each endpoint's /metrics is read for queue and KV load; 0 turns it off."""
+    cold_start_seconds: float = 30.0
+    """No ready replica at all: hold a request this long (within its deadline) before 503."""
+    ejection_seconds: float = 5.0
+    """First outlier ejection; each further one doubles it (capped at 5 minutes)."""
+    prefix_index_entries: int = 200_000
+    """Block hashes the prefix-affinity index remembers (~100 B each)."""
+    seed: int | None = None
+    """Seed of the routing random source (tests, benchmarks); None: a random seed."""
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -61,6 +79,7 @@ class Settings:
             else "open",
             expected_replicas=int(os.environ.get("TOKENFLEET_GATEWAY_REPLICAS", "1")),
             salt_secret=secret,
+            zone=os.environ.get("TOKENFLEET_ZONE", ""),
         )
         return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
 
@@ -78,13 +97,19 @@ class StaticModel(ApiModel):
         description="Requests one endpoint takes at once.",
     )
     fallback: str | None = Field(default=None, description="Model to use when this one can't.")
+    revision: str = Field(default="", description="Revision these endpoints run.")
+    weight: int | None = Field(
+        default=None, ge=0, le=100, description="Percent of the model's traffic this revision gets."
+    )
+    zone: str = Field(default="", description="Zone of these endpoints.")
 
 
 class StaticPool(ApiModel):
-    """Admission settings of a pool."""
+    """Admission and routing settings of a pool."""
 
     name: str = Field(description="Pool name.")
     admission: Admission = Field(default_factory=Admission, description="Classes and queues.")
+    routing: Routing = Field(default_factory=Routing, description="Replica choice policy.")
     max_input_tokens: int = Field(default=8192, ge=1, description="Longest prompt accepted.")
 
 
@@ -99,7 +124,10 @@ class StaticTenant(TenantSpec):
 class StaticConfig(ApiModel):
     """The whole static-mode file."""
 
-    models: list[StaticModel] = Field(min_length=1, description="Models and endpoints.")
+    models: list[StaticModel] = Field(
+        min_length=1,
+        description="Models and endpoints; a name may repeat, once per pool and revision.",
+    )
     pools: list[StaticPool] = Field(
         default_factory=lambda: [StaticPool(name="default")],
         description="Pools and their admission classes.",
@@ -116,6 +144,8 @@ class StaticConfig(ApiModel):
                 key=p.name,
                 classes={c.name: catalog.class_policy(c) for c in p.admission.classes},
                 max_input_tokens=p.max_input_tokens,
+                routing=catalog.routing_policy(p.routing),
+                dedicated_to=frozenset(p.routing.classes),
             )
             for p in self.pools
         }
@@ -124,14 +154,17 @@ class StaticConfig(ApiModel):
         for m in self.models:
             if m.pool not in pools:
                 raise ValueError(f"model {m.name}: pool {m.pool!r} is not defined under pools")
-            model = catalog.Model(
-                name=m.name, pools=(m.pool,), fallback=m.fallback, max_concurrency=m.max_concurrency
-            )
+            model = _merged(models.get(m.name), m)
             names = frozenset((m.name, *m.aliases))
             models.update(dict.fromkeys(names, model))
             endpoints += [
                 Endpoint(
-                    url=u.rstrip("/"), pool=m.pool, models=names, max_concurrency=m.max_concurrency
+                    url=u.rstrip("/"),
+                    pool=m.pool,
+                    models=names,
+                    max_concurrency=m.max_concurrency,
+                    revision=m.revision,
+                    zone=m.zone,
                 )
                 for u in m.endpoints
             ]
@@ -146,3 +179,18 @@ class StaticConfig(ApiModel):
             tenants_by_key_hash=tenants,
             endpoints=Snapshot(tuple(endpoints)),
         )
+
+
+def _merged(known: catalog.Model | None, m: StaticModel) -> catalog.Model:
+    """One model from its entries (one per pool and revision)."""
+    weights = dict(known.revision_weights) if known else {}
+    if m.weight is not None:
+        weights[m.revision] = m.weight
+    pools = known.pools if known else ()
+    return catalog.Model(
+        name=m.name,
+        pools=pools if m.pool in pools else (*pools, m.pool),
+        fallback=known.fallback if known and known.fallback else m.fallback,
+        max_concurrency=m.max_concurrency,
+        revision_weights=weights,
+    )

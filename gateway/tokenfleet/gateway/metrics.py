@@ -31,6 +31,7 @@ class Metrics:
     completion_tokens: Counter
     quota_backend_up: Gauge
     endpoints: Gauge
+    routing: RoutingMetrics
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
@@ -111,6 +112,74 @@ class Metrics:
                 "Ready endpoints by model.",
                 ["model"],
                 multiprocess_mode="livemax",
+                registry=r,
+            ),
+            routing=RoutingMetrics.create(r),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RoutingMetrics:
+    """Routing and resilience: decisions, prefix hits, retries, ejections, fallbacks."""
+
+    routing_decisions: Counter
+    prefix_blocks: Counter
+    prefix_hit_blocks: Counter
+    retries: Counter
+    retry_budget_exhausted: Counter
+    ejections: Counter
+    ejected_endpoints: Gauge
+    fallbacks: Counter
+
+    @classmethod
+    def create(cls, r: CollectorRegistry) -> RoutingMetrics:
+        return cls(
+            routing_decisions=Counter(
+                names.ROUTING_DECISIONS,
+                "Endpoint choices by the reason that decided them.",
+                ["model", "reason"],
+                registry=r,
+            ),
+            prefix_blocks=Counter(
+                names.PREFIX_BLOCKS,
+                "Prompt prefix blocks of routed requests (hit ratio = hit blocks / this).",
+                ["model"],
+                registry=r,
+            ),
+            prefix_hit_blocks=Counter(
+                names.PREFIX_HIT_BLOCKS,
+                "Prompt prefix blocks the chosen endpoint was believed to hold.",
+                ["model"],
+                registry=r,
+            ),
+            retries=Counter(
+                names.RETRIES,
+                "Attempts after the first, by what failed.",
+                ["model", "reason"],
+                registry=r,
+            ),
+            retry_budget_exhausted=Counter(
+                names.RETRY_BUDGET_EXHAUSTED,
+                "Failures not retried because the retry budget was spent.",
+                ["model"],
+                registry=r,
+            ),
+            ejections=Counter(
+                names.EJECTIONS,
+                "Outlier ejections and readmissions of endpoints.",
+                ["pool", "event"],
+                registry=r,
+            ),
+            ejected_endpoints=Gauge(
+                names.EJECTED_ENDPOINTS,
+                "Endpoints currently ejected or on probation.",
+                multiprocess_mode="livemax",
+                registry=r,
+            ),
+            fallbacks=Counter(
+                names.FALLBACKS,
+                "Requests served by a fallback model, and why.",
+                ["model", "fallback", "reason"],
                 registry=r,
             ),
         )

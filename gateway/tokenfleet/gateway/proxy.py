@@ -26,6 +26,10 @@ from tokenfleet.gateway.policy.rejections import Reason, Rejected
 _DATA = b"data: "
 _DONE = b"data: [DONE]"
 _USAGE = b'"usage":{'
+#: A stream whose first event is an error: the engine refused the request after answering 200
+#: (vLLM-compatible servers do this, e.g. when the KV cache cannot hold the prompt). Nothing has
+#: reached the client yet, so it is retried elsewhere like a 429.
+_ERROR_EVENT = b'data: {"error"'
 
 
 @dataclasses.dataclass(slots=True)
@@ -43,11 +47,21 @@ class Outcome:
 
 
 class UpstreamFailed(Exception):
-    """Nothing reached the client yet: the caller may retry elsewhere or refuse."""
+    """Nothing reached the client yet: the caller may retry elsewhere or refuse.
 
-    def __init__(self, rejected: Rejected) -> None:
+    ``retryable``: another endpoint may succeed (connect error, 5xx, 429, empty stream), unlike
+    a passed deadline. ``endpoint_fault``: the failure counts against the endpoint's health
+    (429 is the engine pushing back, not failing). ``cause`` names it for metrics.
+    """
+
+    def __init__(
+        self, rejected: Rejected, *, retryable: bool, endpoint_fault: bool, cause: str
+    ) -> None:
         super().__init__(rejected.message)
         self.rejected = rejected
+        self.retryable = retryable
+        self.endpoint_fault = endpoint_fault
+        self.cause = cause
 
 
 @contextlib.asynccontextmanager
@@ -102,7 +116,10 @@ async def forward(
                             reason=Reason.UPSTREAM_ERROR,
                             retry_after=1.0,
                             message=f"the model server answered {upstream.status}: {text}",
-                        )
+                        ),
+                        retryable=True,
+                        endpoint_fault=upstream.status != 429,
+                        cause=f"upstream_{upstream.status}",
                     )
                 if not stream or upstream.status != 200:
                     await _whole(upstream, request, outcome, headers, served_by)
@@ -114,7 +131,10 @@ async def forward(
                 Rejected(
                     reason=Reason.DEADLINE_EXCEEDED,
                     message="the request's deadline passed before the model answered",
-                )
+                ),
+                retryable=False,
+                endpoint_fault=False,
+                cause="deadline",
             ) from None
         outcome.error = Reason.DEADLINE_EXCEEDED
         await _error_event(
@@ -127,7 +147,10 @@ async def forward(
                     reason=Reason.UPSTREAM_ERROR,
                     retry_after=1.0,
                     message=f"the model server could not be reached: {type(exc).__name__}",
-                )
+                ),
+                retryable=True,
+                endpoint_fault=True,
+                cause="connect",
             ) from None
         outcome.error = Reason.UPSTREAM_ERROR
         await _error_event(outcome, Reason.UPSTREAM_ERROR, "the model server's stream broke off")
@@ -182,6 +205,18 @@ async def _relay(
     async for chunk in upstream.content.iter_any():
         now = time.monotonic()
         if outcome.response is None:
+            if chunk.startswith(_ERROR_EVENT):  # refused in-band (e.g. KV cache full): not sent
+                raise UpstreamFailed(
+                    Rejected(
+                        reason=Reason.UPSTREAM_ERROR,
+                        retry_after=1.0,
+                        message="the model server refused: "
+                        + chunk[len(_DATA) : 300].decode(errors="replace"),
+                    ),
+                    retryable=True,
+                    endpoint_fault=False,
+                    cause="error_event",
+                )
             outcome.first_byte_at = now
             outcome.response = response
             await response.prepare(request)
@@ -200,7 +235,10 @@ async def _relay(
                     reason=Reason.UPSTREAM_ERROR,
                     retry_after=1.0,
                     message="the model server closed the stream without data",
-                )
+                ),
+                retryable=True,
+                endpoint_fault=True,
+                cause="empty_stream",
             )
         outcome.error = Reason.UPSTREAM_ERROR
         await _error_event(outcome, Reason.UPSTREAM_ERROR, "the model server's stream ended early")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-import random
 
 import aiohttp
 from aiohttp import web
@@ -13,6 +13,7 @@ from tokenfleet.gateway.config import Settings
 from tokenfleet.gateway.metrics import Metrics
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
+from tokenfleet.gateway.router import Router
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -21,11 +22,12 @@ class GatewayState:
     metrics: Metrics
     quotas: QuotaStore
     admitter: Admitter
+    router: Router
     catalog: Catalog = dataclasses.field(default_factory=Catalog)
     catalog_loaded: bool = False  # the first full catalog (models, tenants, endpoints) arrived
     session: aiohttp.ClientSession | None = None
-    rng: random.Random = dataclasses.field(default_factory=lambda: random.Random(0))
-    in_flight: dict[str, int] = dataclasses.field(default_factory=dict)  # endpoint URL → requests
+    changed: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    """Set (and replaced) on every catalog swap: requests held for a cold start wait on it."""
     draining: bool = False
     capacities: dict[str, int] = dataclasses.field(default_factory=dict)  # pool → concurrency
 
@@ -36,6 +38,9 @@ class GatewayState:
     def swap(self, catalog: Catalog) -> None:
         """Replace the catalog whole; wake queues whose capacity may have grown."""
         self.catalog = catalog
+        self.router.forget_gone(frozenset(e.url for e in catalog.endpoints.endpoints))
+        self.changed.set()
+        self.changed = asyncio.Event()
         self.capacities = {key: capacity(catalog, key) for key in catalog.pools}
         self.catalog_loaded = True
         for name, model in catalog.models.items():

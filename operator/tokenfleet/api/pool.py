@@ -288,6 +288,27 @@ class Routing(Model):
     prefix_weight: float = Field(default=2.0, ge=0, description="Weight of prefix affinity.")
     load_weight: float = Field(default=1.0, ge=0, description="Weight of replica load.")
     zone_weight: float = Field(default=0.5, ge=0, description="Weight of same-zone preference.")
+    bounded_load: float = Field(
+        default=2.0,
+        ge=1,
+        description="A replica keeps prefix affinity only while its load is at most this times "
+        "the mean load of the replicas compared (plus one request), so a hot prefix spreads "
+        "instead of pinning one replica.",
+    )
+    sample_size: int = Field(
+        default=8,
+        ge=1,
+        le=256,
+        description="Replicas scored per request besides those holding the prompt's prefix "
+        "(a seeded random sample: power-of-k choices); larger pools are not scanned whole.",
+    )
+    classes: list[str] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Traffic classes this pool is dedicated to, e.g. [batch]: requests of these "
+        "classes prefer this pool, other requests avoid it while another pool of the model fits. "
+        "Empty: a general-purpose pool.",
+    )
 
 
 class InferencePoolSpec(Model):

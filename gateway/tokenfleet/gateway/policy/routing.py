@@ -1,22 +1,47 @@
-"""Which endpoint serves a request (pure): the simplest sound choice — least in flight.
+"""Which endpoint serves a request (pure): filter → score → pick over an immutable snapshot.
 
-Over an immutable snapshot of ready endpoints; ties broken by a seeded random source so that
-equal replicas share load without a global round-robin counter.
+Model → pool (context bucket, traffic class) → revision (canary weights, or a pin) → endpoint.
+The endpoint step is a pipeline over a :class:`Group` (the endpoints of one model, pool and
+revision, precomputed per snapshot):
+
+1. **shortlist** — the endpoints believed to hold the request's prefix plus a seeded random
+   sample of ``k`` others (power-of-k choices), so a pick costs O(k), not O(N), in a fleet of
+   hundreds of replicas; a small group is scored whole;
+2. **filter** — drop endpoints this request already tried and ejected outliers (when every
+   endpoint is ejected, use them anyway: a probably-failing replica beats a certain 503);
+3. **score** — ``prefix·affinity + load·(1 − relative load) + zone·same-zone`` where load is
+   in-flight requests counted by this gateway plus the engine's waiting queue and KV usage when
+   the scrape is fresh; affinity is withdrawn from an endpoint with more requests than
+   ``bounded_load`` × the shortlist's mean plus one (a hot prefix spreads instead of pinning
+   one replica, and a cold one stays put); the zone bonus is
+   withdrawn from a saturated endpoint (spill to other zones);
+4. **pick** — the best score, ties broken by the injected ``rng``: decisions replay exactly.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Protocol, TypeVar
+import enum
+from collections.abc import Collection, Mapping, Sequence
+from typing import Literal, Protocol, TypeVar
+
+from tokenfleet.gateway.policy.prefix import NO_MATCH, Match
 
 T = TypeVar("T")
+#: Scores closer than this are a tie (floating-point noise must not break ties unfairly).
+TIE = 1e-9
 
 
 class Rng(Protocol):
-    """A seeded random source (random.Random): passed in, so decisions replay exactly."""
+    """A seeded random source with random.Random's methods: passed in, so picks replay exactly."""
 
     def choice(self, seq: Sequence[T]) -> T: ...
+
+    def sample(self, population: Sequence[T], k: int) -> list[T]: ...
+
+    def random(self) -> float: ...
+
+    def uniform(self, a: float, b: float) -> float: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,37 +57,299 @@ class Endpoint:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Snapshot:
-    """All ready endpoints at one instant; replaced whole, never mutated."""
+class Group:
+    """Endpoints interchangeable for one request (same model, pool, revision)."""
 
     endpoints: tuple[Endpoint, ...] = ()
+    by_url: Mapping[str, Endpoint] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, endpoints: Sequence[Endpoint]) -> Group:
+        return cls(tuple(endpoints), {e.url: e for e in endpoints})
+
+    def __len__(self) -> int:
+        return len(self.endpoints)
+
+
+EMPTY = Group()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Snapshot:
+    """All ready endpoints at one instant; replaced whole, never mutated.
+
+    Groups by (model, pool, revision) are built once here, so a request finds its candidates
+    in O(1); ``""`` as pool or revision means any.
+    """
+
+    endpoints: tuple[Endpoint, ...] = ()
+    groups: Mapping[tuple[str, str, str], Group] = dataclasses.field(
+        default_factory=dict, compare=False
+    )
+    revision_sets: Mapping[tuple[str, str], frozenset[str]] = dataclasses.field(
+        default_factory=dict, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        if self.groups or not self.endpoints:
+            return
+        found: dict[tuple[str, str, str], list[Endpoint]] = {}
+        for e in self.endpoints:
+            for model in e.models:
+                for key in {
+                    (model, "", ""),
+                    (model, e.pool, ""),
+                    (model, "", e.revision),
+                    (model, e.pool, e.revision),
+                }:
+                    found.setdefault(key, []).append(e)
+        object.__setattr__(self, "groups", {k: Group.of(v) for k, v in found.items()})
+        revisions = {
+            (model, pool): frozenset(e.revision for e in members)
+            for (model, pool, revision), members in found.items()
+            if not revision
+        }
+        object.__setattr__(self, "revision_sets", revisions)
+
+    def group(self, model: str, *, pool: str = "", revision: str = "") -> Group:
+        return self.groups.get((model, pool, revision), EMPTY)
 
     def serving(self, model: str) -> tuple[Endpoint, ...]:
-        return tuple(e for e in self.endpoints if model in e.models)
+        return self.group(model).endpoints
+
+    def revisions(self, model: str, *, pool: str = "") -> frozenset[str]:
+        """Revisions with at least one ready endpoint (precomputed: O(1))."""
+        return self.revision_sets.get((model, pool), frozenset())
 
     def models(self) -> frozenset[str]:
         return frozenset(m for e in self.endpoints for m in e.models)
 
 
-def choose(
-    candidates: Sequence[Endpoint],
-    in_flight: Mapping[str, int],
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Load:
+    """An endpoint's load as the gateway knows it."""
+
+    in_flight: int = 0
+    """Requests this gateway process has running there (always current)."""
+    waiting: int = 0
+    """``vllm:num_requests_waiting`` from the last scrape."""
+    kv_usage: float = 0.0
+    """``vllm:kv_cache_usage_perc`` (0–1) from the last scrape."""
+    scraped_at: float | None = None
+    """Monotonic seconds of the scrape; None when never scraped."""
+
+
+IDLE = Load()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """Scoring weights and limits, from InferencePool.spec.routing."""
+
+    kind: Literal["PrefixAware", "LeastLoad", "RoundRobin"] = "PrefixAware"
+    prefix: float = 2.0
+    load: float = 1.0
+    zone: float = 0.5
+    bounded_load: float = 2.0
+    """Affinity only while an endpoint's load ≤ this × the shortlist mean (+ one request)."""
+    sample: int = 8
+    """k: endpoints scored besides the prefix holders when the group is larger."""
+    stale_after: float = 5.0
+    """Seconds after which scraped queue and KV figures are ignored (in-flight still counts)."""
+    zone_saturation: float = 0.8
+    """Load (share of max concurrency) at which the same-zone bonus is withdrawn: spill."""
+
+
+class Why(enum.StrEnum):
+    """Why an endpoint was picked: a metric label."""
+
+    ONLY = "only_one"
+    PREFIX = "prefix"
+    PREFIX_OVERLOADED = "prefix_overloaded"
+    ZONE = "zone"
+    LOAD = "load"
+    ROUND_ROBIN = "round_robin"
+    ALL_EJECTED = "all_ejected"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Ask:
+    """A request as routing sees it."""
+
+    match: Match = NO_MATCH
+    zone: str = ""
+    """The gateway replica's zone ("" → no preference)."""
+    tried: frozenset[str] = frozenset()
+    """Endpoints this request already failed on (a retry goes elsewhere)."""
+    ejected: frozenset[str] = frozenset()
+    sequence: int = 0
+    """A counter, for RoundRobin."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Choice:
+    endpoint: Endpoint
+    why: Why
+    prefix_blocks: int = 0
+
+
+def shortlist(group: Group, *, match: Match, k: int, rng: Rng) -> list[Endpoint]:
+    """Prefix holders plus a seeded sample of k others; the whole group when that is smaller."""
+    holders = [group.by_url[u] for u in match.blocks if u in group.by_url]
+    if len(group) <= k + len(holders):
+        return list(group.endpoints)
+    seen = {e.url for e in holders}
+    return holders + [e for e in rng.sample(group.endpoints, k) if e.url not in seen]
+
+
+def usable(listed: Sequence[Endpoint], group: Group, ask: Ask) -> tuple[list[Endpoint], bool]:
+    """Drop tried and ejected endpoints; (endpoints, whether only ejected ones were left)."""
+    fresh = [e for e in listed if e.url not in ask.tried]
+    ok = [e for e in fresh if e.url not in ask.ejected]
+    if ok:
+        return ok, False
+    if len(listed) < len(group):  # the sample was unlucky: look at everyone (rare, O(N))
+        return usable(group.endpoints, group, ask)
+    return fresh, bool(fresh)
+
+
+def occupancy(e: Endpoint, load: Load, *, now: float, stale_after: float) -> tuple[float, float]:
+    """(requests there — in flight plus the engine's queue — per unit of concurrency, KV usage);
+    scraped figures older than ``stale_after`` count as unknown (0), in-flight always counts."""
+    fresh = load.scraped_at is not None and now - load.scraped_at <= stale_after
+    queued = load.in_flight + (load.waiting if fresh else 0)
+    return queued / max(1, e.max_concurrency), load.kv_usage if fresh else 0.0
+
+
+def pick(
+    group: Group,
+    *,
+    loads: Mapping[str, Load],
+    ask: Ask,
+    policy: Policy,
+    now: float,
     rng: Rng,
-    exclude: frozenset[str] = frozenset(),
-) -> Endpoint | None:
-    """The candidate with the fewest requests in flight relative to its size."""
-    usable = [e for e in candidates if e.url not in exclude]
-    if not usable:
+) -> Choice | None:
+    """The endpoint for one attempt of a request, with the reason; None when none is usable."""
+    listed = shortlist(group, match=ask.match, k=policy.sample, rng=rng)
+    candidates, panic = usable(listed, group, ask)
+    if not candidates:
         return None
-    best = min(in_flight.get(e.url, 0) / e.max_concurrency for e in usable)
-    tied = [e for e in usable if in_flight.get(e.url, 0) / e.max_concurrency == best]
-    return tied[0] if len(tied) == 1 else rng.choice(tied)
+    if len(candidates) == 1:
+        only = candidates[0]
+        return Choice(
+            endpoint=only,
+            why=Why.ALL_EJECTED if panic else Why.ONLY,
+            prefix_blocks=ask.match.blocks.get(only.url, 0),
+        )
+    if policy.kind == "RoundRobin":
+        ordered = sorted(candidates, key=lambda e: e.url)
+        return Choice(endpoint=ordered[ask.sequence % len(ordered)], why=Why.ROUND_ROBIN)
+    return _best(candidates, loads=loads, ask=ask, policy=policy, now=now, rng=rng, panic=panic)
 
 
-def choose_pool(buckets: Sequence[tuple[str, int]], prompt_tokens: int) -> str | None:
-    """Of a model's pools as (key, max input tokens), in order: the first whose context bucket
-    fits the prompt, else the largest (the context check then refuses it with a clear 400)."""
-    for key, limit in buckets:
-        if limit >= prompt_tokens:
-            return key
-    return max(buckets, key=lambda b: b[1])[0] if buckets else None
+def _best(
+    candidates: Sequence[Endpoint],
+    *,
+    loads: Mapping[str, Load],
+    ask: Ask,
+    policy: Policy,
+    now: float,
+    rng: Rng,
+    panic: bool,
+) -> Choice:
+    occupied = [
+        occupancy(e, loads.get(e.url, IDLE), now=now, stale_after=policy.stale_after)
+        for e in candidates
+    ]
+    press = [requests + kv for requests, kv in occupied]  # what the load score compares
+    top = max(press)
+    # Bounded load counts requests only: KV usage moves with prompt lengths, and a spill on
+    # that noise would copy a hot prefix to replicas that have no need of it.
+    ceiling = policy.bounded_load * sum(r for r, _ in occupied) / len(occupied)
+    prefix_w = policy.prefix if policy.kind == "PrefixAware" else 0.0
+    zone_w = policy.zone if ask.zone else 0.0
+    best: list[int] = []
+    best_score = float("-inf")
+    spilled = False
+    affinity = [0.0] * len(candidates)
+    local = [False] * len(candidates)
+    for i, e in enumerate(candidates):
+        fraction = ask.match.fraction(e.url) if prefix_w else 0.0
+        if fraction and occupied[i][0] > ceiling + 1 / max(1, e.max_concurrency):
+            fraction, spilled = 0.0, True  # bounded load: a hot prefix must not pin one replica
+        affinity[i] = fraction
+        local[i] = bool(zone_w) and e.zone == ask.zone and press[i] < policy.zone_saturation
+        score = (
+            prefix_w * fraction
+            + policy.load * (1 - press[i] / top if top > 0 else 1.0)
+            + zone_w * local[i]
+        )
+        if score > best_score + TIE:
+            best, best_score = [i], score
+        elif score >= best_score - TIE:
+            best.append(i)
+    i = best[0] if len(best) == 1 else rng.choice(best)
+    why = (
+        Why.ALL_EJECTED
+        if panic
+        else Why.PREFIX
+        if affinity[i]
+        else Why.PREFIX_OVERLOADED
+        if spilled
+        else Why.ZONE
+        if local[i] and not all(local)
+        else Why.LOAD
+    )
+    return Choice(
+        endpoint=candidates[i], why=why, prefix_blocks=ask.match.blocks.get(candidates[i].url, 0)
+    )
+
+
+def choose_revision(
+    weights: Mapping[str, int], *, available: Collection[str], pinned: str | None, rng: Rng
+) -> str | None:
+    """The revision to serve a request end to end: ``""`` means any, None means none fits.
+
+    A pin (a test header) wins if that revision has endpoints. Otherwise the operator's weights
+    over revisions with ready endpoints; with no weights published, or none of the weighted
+    revisions ready, any revision serves (availability over an exact split).
+    """
+    if pinned:
+        return pinned if pinned in available else None
+    live = [(r, w) for r, w in sorted(weights.items()) if w > 0 and r in available]
+    if not live:
+        return ""
+    if len(live) == 1:
+        return live[0][0]
+    x = rng.random() * sum(w for _, w in live)
+    for revision, w in live:
+        x -= w
+        if x < 0:
+            return revision
+    return live[-1][0]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PoolOption:
+    """One pool serving a model, as pool choice needs it."""
+
+    key: str
+    max_input_tokens: int
+    classes: frozenset[str] = frozenset()
+    """Traffic classes the pool is dedicated to (e.g. batch); empty → general purpose."""
+
+
+def choose_pool(options: Sequence[PoolOption], *, prompt_tokens: int, cls: str = "") -> str | None:
+    """Of a model's pools: the smallest context bucket that fits the prompt, pools dedicated to
+    the request's class first, then general pools, then pools dedicated to other classes; none
+    fits → the largest (the context check then refuses with a clear 400)."""
+    fitting = [o for o in options if o.max_input_tokens >= prompt_tokens]
+    if not fitting:
+        return max(options, key=lambda o: o.max_input_tokens).key if options else None
+
+    def rank(o: PoolOption) -> tuple[int, int]:
+        fit = 0 if cls and cls in o.classes else 1 if not o.classes else 2
+        return fit, o.max_input_tokens
+
+    return min(fitting, key=rank).key
