@@ -17,6 +17,7 @@ from typing import Any
 from tokenfleet.api import labels
 from tokenfleet.api.deployment import ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
+from tokenfleet.operator.policy import revisions
 
 Manifest = dict[str, Any]
 
@@ -63,8 +64,7 @@ class Owner:
 
 def revision_of(spec: ModelDeploymentSpec) -> str:
     """A short hash of what makes a revision: the artifact and the engine settings."""
-    identity = {"artifact": spec.artifact.to_wire(), "engine": spec.engine.to_wire()}
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]
+    return revisions.revision_of(spec)
 
 
 def worker_name(pool: str, zone: str, revision: str) -> str:

@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from tokenfleet.api.deployment import ModelDeploymentSpec
+from tokenfleet.operator import desired
 from tokenfleet.operator.policy import analysis, revisions
 from tokenfleet.operator.policy.analysis import Sample, Thresholds
 from tokenfleet.operator.policy.rollout import Outcome
@@ -159,9 +160,12 @@ def test_revision_name_is_stable_and_ignores_spelling_defaults_out() -> None:
     explicit = spec(
         engine={"maxModelLen": 8192, "enablePrefixCaching": True, "tensorParallelSize": 1}
     )
-    assert revisions.revision_name("llama", spec()) == revisions.revision_name("llama", explicit)
-    assert revisions.revision_name("llama", spec()).startswith("llama-")
-    assert len(revisions.revision_name("llama", spec())) == len("llama-") + 10
+    assert revisions.revision_of(spec()) == revisions.revision_of(explicit)
+    assert len(revisions.revision_of(spec())) == revisions.NAME_LENGTH
+
+
+def test_the_worker_deployments_use_the_same_revision_name() -> None:
+    assert desired.revision_of(spec()) == revisions.revision_of(spec())
 
 
 @pytest.mark.parametrize(
@@ -194,8 +198,3 @@ def test_artifact_or_engine_changes_make_a_new_revision(changed: dict[str, objec
 )
 def test_other_changes_keep_the_revision(changed: dict[str, object]) -> None:
     assert revisions.revision_hash(spec(**changed)) == revisions.revision_hash(spec())
-
-
-def test_long_deployment_names_still_fit_a_label_value() -> None:
-    name = revisions.revision_name("m" * 80, spec())
-    assert len(name) <= 63
