@@ -142,6 +142,7 @@ def test_verified_pod_serves_and_a_tampered_one_never_starts(
         with socket.socket() as probe:
             probe.settimeout(1)
             assert probe.connect_ex((current["status"]["podIP"], 8000)) != 0
+    remove(cluster, ns, "tiny")
 
 
 @pytest.mark.parametrize("secret_name", ["other-key"])
@@ -159,3 +160,14 @@ def test_foreign_key_is_an_untrusted_signer(
     pod, seen = wait_for("a verdict", lambda: pod_verdict(cluster, ns, "foreign"), timeout=120)
     assert seen.reason is Reason.UNTRUSTED_SIGNER
     assert not is_ready(pod)
+    remove(cluster, ns, "foreign")
+
+
+def remove(cluster: Cluster, ns: str, app: str) -> None:
+    """Leave no pods for the shared stack to tear down while the next test runs."""
+    cluster.kubectl("delete", "deployment", app, "-n", ns)
+    wait_for(
+        f"{app}'s pods to be gone",
+        lambda: not cluster.get("pods", "-n", ns, "-l", f"app={app}")["items"],
+        timeout=120,
+    )

@@ -85,3 +85,14 @@ def test_signed_example_serves_and_refuses_a_tampered_model(
         assert seen.reason is Reason.DIGEST_MISMATCH, seen
         assert "config.json" in seen.message
         assert not ready(cluster.get("pod", "-n", ns, pod["metadata"]["name"]))
+
+    # Leave no pods for the shared stack to tear down while the next test runs.
+    cluster.kubectl("delete", "tfmodel", MODEL, "-n", ns)
+    wait_for("the workers to be gone", lambda: not _pods(cluster, ns), timeout=120)
+
+
+def _pods(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cluster.get("pods", "-n", ns, "-l", f"{labels.MODEL}={MODEL}")[
+        "items"
+    ]
+    return items

@@ -78,6 +78,27 @@ def _readiness_patch(pod: Obj, ready: bool, reason: str) -> Obj:
     }
 
 
+def _verify_blocking(
+    check: simulated.ArtifactCheck, public_key: Path | None, workdir: Path
+) -> Verdict:
+    """The worker entrypoint's verification, in a thread: importing model_signing (sigstore)
+    and hashing weights must not stall the agent's event loop."""
+    from tokenfleet.signing import verify
+
+    try:
+        trust = verify.Trust(public_key=public_key, identity=check.identity, issuer=check.issuer)
+    except ValueError as exc:
+        return Verdict(reason=Reason.UNTRUSTED_SIGNER, message=str(exc))
+    verdict, _ = verify.verify_artifact(
+        check.uri,
+        trust=trust,
+        expected_digest=check.digest,
+        signature_uri=check.signature_uri,
+        workdir=workdir,
+    )
+    return verdict
+
+
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(65536):
@@ -259,8 +280,6 @@ class NodeAgent:
         self._wake.set()
 
     async def _run_verification(self, pod: Obj, check: simulated.ArtifactCheck) -> Verdict:
-        from tokenfleet.signing import verify  # model_signing loads only when a pod opts in
-
         uid = pod["metadata"]["uid"]
         public_key: Path | None = None
         if check.secret:
@@ -272,21 +291,8 @@ class NodeAgent:
                     reason=Reason.UNTRUSTED_SIGNER,
                     message=f"trust Secret {check.secret}/{check.secret_key} unreadable: {exc}",
                 )
-        try:
-            trust = verify.Trust(
-                public_key=public_key, identity=check.identity, issuer=check.issuer
-            )
-        except ValueError as exc:
-            return Verdict(reason=Reason.UNTRUSTED_SIGNER, message=str(exc))
-        verdict, _ = await asyncio.to_thread(
-            verify.verify_artifact,
-            check.uri,
-            trust=trust,
-            expected_digest=check.digest,
-            signature_uri=check.signature_uri,
-            workdir=self._logs / "artifacts" / uid,
-        )
-        return verdict
+        workdir = self._logs / "artifacts" / uid
+        return await asyncio.to_thread(_verify_blocking, check, public_key, workdir)
 
     async def _write_secret_key(
         self, pod: Obj, check: simulated.ArtifactCheck, target: Path
