@@ -8,11 +8,15 @@ status exactly, which is what lets an operator restart resume at the same step.
 
 from __future__ import annotations
 
+import collections
 import datetime
+from collections.abc import Sequence
 from typing import Any
 
 from tokenfleet.api.deployment import ModelDeploymentStatus, Rollout, RolloutStatus
+from tokenfleet.operator import observed
 from tokenfleet.operator.policy import analysis, rollout
+from tokenfleet.signing import verdict
 
 
 def steps_of(spec: Rollout) -> tuple[rollout.Step, ...]:
@@ -79,3 +83,21 @@ def status_fields(decision: rollout.Decision, *, last_analysis: str = "") -> dic
             last_analysis=last_analysis,
         ).to_wire(),
     }
+
+
+def verification(pods: Sequence[observed.WorkerPod], revision: str) -> rollout.Observation | None:
+    """What the revision's pods say about its artifact; None while none has said anything.
+
+    One refusal is enough to block (the files are the same for every pod; the most frequent
+    reason is reported). A pod that is Ready, or that reported Verified, proves verification:
+    the worker image only starts vLLM after it.
+    """
+    own = [p for p in pods if p.revision == revision and not p.terminating]
+    verdicts = [v for v in (verdict.parse(p.verdict) for p in own if p.verdict) if v]
+    refused = collections.Counter(str(v.reason) for v in verdicts if not v.verified)
+    if refused:
+        reason = refused.most_common(1)[0][0]
+        return rollout.Observation(outcome=rollout.Outcome.VERIFICATION_FAILED, detail=reason)
+    if any(p.ready for p in own) or any(v.verified for v in verdicts):
+        return rollout.Observation(outcome=rollout.Outcome.VERIFIED)
+    return None

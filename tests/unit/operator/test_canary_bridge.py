@@ -1,14 +1,19 @@
 """The rollout state survives a trip through ModelDeployment.status (what an operator restart
-relies on) for every phase; spec steps and thresholds convert with the right units."""
+relies on) for every phase; spec steps and thresholds convert with the right units; a
+revision's verification is read from its pods' verdicts (annotation or termination message)."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
+from tokenfleet.api import labels
 from tokenfleet.api.deployment import ModelDeploymentStatus, Rollout
-from tokenfleet.operator import canary
+from tokenfleet.operator import canary, observed
 from tokenfleet.operator.policy import rollout
 from tokenfleet.operator.policy.rollout import Observation, Outcome, Phase, State
+from tokenfleet.signing.verdict import Reason, Verdict
 
 NOW = 1_795_000_000.0  # whole seconds: status stores RFC 3339 to the second
 
@@ -67,3 +72,102 @@ def test_spec_units() -> None:
     assert canary.steps_of(spec) == (rollout.Step(weight=20, hold=90.0),)
     limits = canary.thresholds_of(spec)
     assert limits.max_ttft_p99 == 0.8 and limits.max_inter_token_p99 is None
+
+
+# --- verification as the operator sees it ------------------------------------------------------
+
+REFUSED = Verdict(reason=Reason.DIGEST_MISMATCH, message="Hash mismatch for 'a'").to_json()
+UNTRUSTED = Verdict(reason=Reason.UNTRUSTED_SIGNER).to_json()
+OK = Verdict(reason=Reason.VERIFIED, signer="key:sha256:ab").to_json()
+
+
+def worker(
+    revision: str = "rev-b",
+    *,
+    ready: bool = False,
+    verdict_text: str = "",
+    terminating: bool = False,
+) -> observed.WorkerPod:
+    return observed.WorkerPod(
+        name=f"p-{uuid.uuid4().hex[:5]}",
+        zone="zone-a",
+        revision=revision,
+        ready=ready,
+        terminating=terminating,
+        unschedulable_since=None,
+        verdict=verdict_text,
+    )
+
+
+@pytest.mark.parametrize(
+    ("pods", "expected"),
+    [
+        pytest.param([], None, id="no-pods"),
+        pytest.param([worker()], None, id="starting"),
+        pytest.param([worker(ready=True)], Outcome.VERIFIED, id="ready-means-verified"),
+        pytest.param([worker(verdict_text=OK)], Outcome.VERIFIED, id="verified-verdict"),
+        pytest.param([worker(verdict_text=REFUSED)], Outcome.VERIFICATION_FAILED, id="refused"),
+        pytest.param(
+            [worker(ready=True), worker(verdict_text=REFUSED)],
+            Outcome.VERIFICATION_FAILED,
+            id="one-refusal-blocks",
+        ),
+        pytest.param([worker("rev-a", verdict_text=REFUSED)], None, id="other-revision"),
+        pytest.param([worker(verdict_text=REFUSED, terminating=True)], None, id="terminating"),
+        pytest.param([worker(verdict_text="not json")], None, id="garbage-ignored"),
+    ],
+)
+def test_verification_of_a_revision(
+    pods: list[observed.WorkerPod], expected: Outcome | None
+) -> None:
+    seen = canary.verification(pods, "rev-b")
+    assert (seen.outcome if seen else None) == expected
+
+
+def test_the_most_frequent_refusal_is_reported() -> None:
+    pods = [
+        worker(verdict_text=REFUSED),
+        worker(verdict_text=REFUSED),
+        worker(verdict_text=UNTRUSTED),
+    ]
+    seen = canary.verification(pods, "rev-b")
+    assert seen is not None and seen.detail == "DigestMismatch"
+
+
+def _pod(annotations: dict[str, str], statuses: list[dict[str, object]]) -> dict[str, object]:
+    return {
+        "metadata": {"name": "p", "annotations": annotations, "labels": {labels.REVISION: "rev-b"}},
+        "status": {"containerStatuses": statuses},
+    }
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        pytest.param(_pod({labels.VERDICT: REFUSED}, []), REFUSED, id="annotation"),
+        pytest.param(
+            _pod(
+                {},
+                [
+                    {
+                        "name": "vllm",
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                        "lastState": {"terminated": {"exitCode": 3, "message": REFUSED}},
+                    }
+                ],
+            ),
+            REFUSED,
+            id="termination-message",
+        ),
+        pytest.param(
+            _pod(
+                {}, [{"name": "vllm", "state": {"terminated": {"message": "CUDA out of memory"}}}]
+            ),
+            "",
+            id="engine-log-is-not-a-verdict",
+        ),
+        pytest.param(_pod({}, []), "", id="nothing-yet"),
+    ],
+)
+def test_worker_pod_carries_the_verdict_text(obj: dict[str, object], expected: str) -> None:
+    assert observed.worker_pod(obj).verdict == expected
