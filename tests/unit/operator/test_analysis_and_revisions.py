@@ -110,6 +110,22 @@ def _replace(sample: Sample, **changes: object) -> Sample:
             id="canary-series-missing",
         ),
         pytest.param(
+            _replace(GOOD, ttft_p99=0.9, error_rate=None),
+            STABLE,
+            LIMITS,
+            Outcome.ANALYSIS_FAILED,
+            "TTFT p99 900 ms",
+            id="breach-fails-even-with-a-series-missing",
+        ),
+        pytest.param(
+            _replace(GOOD, error_rate=None),
+            STABLE,
+            LIMITS,
+            Outcome.INSUFFICIENT_SAMPLES,
+            "canary error rate missing",
+            id="no-breach-but-error-series-missing",
+        ),
+        pytest.param(
             GOOD,
             _replace(STABLE, inter_token_p99=None),
             LIMITS,

@@ -3,8 +3,9 @@
 Compared per interval, from Prometheus: p99 time to first token, p99 inter-token latency and the
 error rate. Latencies are judged against stable as a ratio (the canary's p99 may be at most
 ``ratio`` × stable's) and, when set, against an absolute ceiling; the error rate against an
-absolute ceiling. Too few canary (or stable) requests, or a missing series, is
-``INSUFFICIENT_SAMPLES`` — never a pass: silence must not promote.
+absolute ceiling. Too few canary (or stable) requests is ``INSUFFICIENT_SAMPLES``. A breach on
+any measured series fails at once (rolling back on partial evidence is safe); passing needs
+every series present (promoting on partial evidence is not): silence never promotes.
 """
 
 from __future__ import annotations
@@ -46,10 +47,13 @@ class Judgment:
 
 
 def _latency(
-    name: str, canary: float, stable: float, *, ratio: float, ceiling: float | None
+    name: str, canary: float | None, stable: float | None, *, ratio: float, ceiling: float | None
 ) -> list[str]:
-    out = []
-    if canary > ratio * stable:
+    """Failed latency checks; a check whose series is missing neither fails nor passes."""
+    out: list[str] = []
+    if canary is None:
+        return out
+    if stable is not None and canary > ratio * stable:
         out.append(f"{name} p99 {canary * 1000:.0f} ms > {ratio:g} × stable {stable * 1000:.0f} ms")
     if ceiling is not None and canary > ceiling:
         out.append(f"{name} p99 {canary * 1000:.0f} ms > ceiling {ceiling * 1000:.0f} ms")
@@ -57,7 +61,7 @@ def _latency(
 
 
 def judge(canary: Sample, stable: Sample, thresholds: Thresholds) -> Judgment:
-    """Pass, fail (with reasons) or not enough data yet."""
+    """Fail on any measured breach; pass only when every series is there and within bounds."""
     short = [
         f"{who} served {s.requests} < {thresholds.min_samples} requests"
         for who, s in (("canary", canary), ("stable", stable))
@@ -65,16 +69,6 @@ def judge(canary: Sample, stable: Sample, thresholds: Thresholds) -> Judgment:
     ]
     if short:
         return Judgment(outcome=Outcome.INSUFFICIENT_SAMPLES, message="; ".join(short))
-    if (
-        canary.ttft_p99 is None
-        or canary.inter_token_p99 is None
-        or canary.error_rate is None
-        or stable.ttft_p99 is None
-        or stable.inter_token_p99 is None
-    ):
-        return Judgment(
-            outcome=Outcome.INSUFFICIENT_SAMPLES, message="a latency or error series is missing"
-        )
     failures = [
         *_latency(
             "TTFT",
@@ -91,11 +85,27 @@ def judge(canary: Sample, stable: Sample, thresholds: Thresholds) -> Judgment:
             ceiling=thresholds.max_inter_token_p99,
         ),
     ]
-    if canary.error_rate > thresholds.max_error_rate:
+    if canary.error_rate is not None and canary.error_rate > thresholds.max_error_rate:
         failures.append(f"error rate {canary.error_rate:.1%} > {thresholds.max_error_rate:.1%}")
     if failures:
         return Judgment(
             outcome=Outcome.ANALYSIS_FAILED, failures=tuple(failures), message="; ".join(failures)
+        )
+    missing = [
+        name
+        for name, value in (
+            ("canary TTFT", canary.ttft_p99),
+            ("canary inter-token", canary.inter_token_p99),
+            ("canary error rate", canary.error_rate),
+            ("stable TTFT", stable.ttft_p99),
+            ("stable inter-token", stable.inter_token_p99),
+        )
+        if value is None
+    ]
+    if missing:
+        return Judgment(
+            outcome=Outcome.INSUFFICIENT_SAMPLES,
+            message=f"no breach so far, but {', '.join(missing)} missing: cannot pass yet",
         )
     return Judgment(
         outcome=Outcome.ANALYSIS_PASSED,
