@@ -77,13 +77,13 @@ def test_slow_canary_fails_on_ttft_from_real_metrics(cluster: Cluster, ns: str) 
     cluster.kubectl("apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump_all(docs))
     raw = PrometheusConnect(url=cluster.info["prometheus"], disable_ssl=True)
     for app, (revision, _) in revisions.items():
-        ip = wait_for(f"{app} engine Ready", lambda a=app: ready_ip(cluster, ns, a), timeout=90)
+        ip = wait_for(f"{app} engine Ready", lambda a=app: ready_ip(cluster, ns, a), timeout=120)
         client = openai.OpenAI(base_url=f"http://{ip}:8000/v1", api_key="x", max_retries=0)
         # Histogram series appear with their first observation, and increase() needs a scrape
         # before the measured traffic: one warm-up request, then wait for its series.
         client.completions.create(model=model, prompt="hello there", max_tokens=16)
         itl = f'vllm:inter_token_latency_seconds_count{{namespace="{ns}",revision="{revision}"}}'
-        wait_for(f"{app} scraped", lambda q=itl: raw.custom_query(q), timeout=60)
+        wait_for(f"{app} scraped", lambda q=itl: raw.custom_query(q), timeout=120)
         for _ in range(REQUESTS):
             client.completions.create(model=model, prompt="hello there", max_tokens=16)
 
@@ -95,21 +95,23 @@ def test_slow_canary_fails_on_ttft_from_real_metrics(cluster: Cluster, ns: str) 
         enough = got and got.requests >= REQUESTS * 0.8 and got.ttft_p99 is not None
         return got if enough else None
 
-    stable = wait_for("stable's figures", lambda: sample("rev-stable"), timeout=60)
-    slow = wait_for("slow canary's figures", lambda: sample("rev-slow"), timeout=60)
-    good = wait_for("good canary's figures", lambda: sample("rev-good"), timeout=60)
-    assert stable.ttft_p99 is not None and stable.ttft_p99 < 0.1
-    assert slow.ttft_p99 is not None and slow.ttft_p99 > 0.25
+    stable = wait_for("stable's figures", lambda: sample("rev-stable"), timeout=120)
+    slow = wait_for("slow canary's figures", lambda: sample("rev-slow"), timeout=120)
+    good = wait_for("good canary's figures", lambda: sample("rev-good"), timeout=120)
+    assert stable.ttft_p99 is not None and slow.ttft_p99 is not None
+    assert slow.ttft_p99 > 0.25 > stable.ttft_p99, (slow, stable)
     assert stable.inter_token_p99 is not None
     assert stable.error_rate is None  # the gateway does not label outcomes by revision yet
 
-    limits = analysis.Thresholds(min_samples=10)
+    # Ratios of 3: a shared 2-core machine jitters fast engines' p99 by more than 1.5x, while
+    # the slow canary's TTFT is about 15x stable's.
+    limits = analysis.Thresholds(min_samples=10, max_ttft_p99_ratio=3, max_inter_token_p99_ratio=3)
     failed = analysis.judge(slow, stable, limits)
     assert failed.outcome is Outcome.ANALYSIS_FAILED, failed.message
     assert "TTFT" in failed.message
     # Nothing breached, but without an error-rate series a canary cannot pass on its own.
     unproven = analysis.judge(good, stable, limits)
-    assert unproven.outcome is Outcome.INSUFFICIENT_SAMPLES, unproven.message
+    assert unproven.outcome is Outcome.INSUFFICIENT_SAMPLES, (unproven.message, good, stable)
     assert "error rate" in unproven.message
 
     for app in revisions:
