@@ -210,6 +210,24 @@ INVALID = [
         {"artifact": {"digest": "md5:abc"}},
         "should match '^sha256:",
     ),
+    _case(
+        "model-file-artifact-remote-signature",
+        "ModelDeployment",
+        {"artifact": {"signatureUri": "https://sigs.example/model.sig"}},
+        "a file:// artifact needs a file:// signature",
+    ),
+    _case(
+        "model-signature-bad-scheme",
+        "ModelDeployment",
+        {"artifact": {"signatureUri": "ftp://x/model.sig"}},
+        "should match",
+    ),
+    _case(
+        "model-zero-ttft-ceiling",
+        "ModelDeployment",
+        {"rollout": {"analysis": {"maxTtftP99Ms": 0}}},
+        "should be greater than or equal to 1",
+    ),
     _case("model-missing-model", "ModelDeployment", {"model": DELETE}, "Required value"),
     _case(
         "model-fallback-to-itself",

@@ -102,6 +102,18 @@ KINDS: tuple[Kind, ...] = (
             Column(name="Phase", json_path=".status.phase"),
             Column(name="Stable", json_path=".status.stableRevision"),
             Column(name="Canary", json_path=".status.canaryRevision"),
+            Column(
+                name="Rollout",
+                json_path=".status.rollout.phase",
+                description="Verifying, Progressing, Paused, Promoted, RolledBack or Blocked.",
+            ),
+            Column(
+                name="Step",
+                json_path=".status.canaryStep",
+                type="integer",
+                description="Index of the current canary step.",
+                priority=1,
+            ),
             _ready("Verified"),
             _age(),
         ),

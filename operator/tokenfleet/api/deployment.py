@@ -73,6 +73,17 @@ class TrustPolicy(Model):
 class Artifact(Model):
     """The model files and their signature. A change here creates a new revision."""
 
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.signatureUri) || self.signatureUri == '' || "
+                "self.uri.startsWith('file://') == self.signatureUri.startsWith('file://')",
+                "artifact.signatureUri: a file:// artifact needs a file:// signature and a "
+                "remote one a remote signature (the worker reads both from the same place)",
+            )
+        )
+    )
+
     uri: str = Field(
         pattern=r"^(file|https?|s3)://.+$",
         description="Where the model directory lives: file://, http(s):// or s3://.",
@@ -83,6 +94,7 @@ class Artifact(Model):
     )
     signature_uri: str = Field(
         default="",
+        pattern=r"^$|^(file|https?|s3)://.+$",
         description="Where the model_signing bundle is; empty means model.sig beside the files.",
     )
     trust: TrustPolicy = Field(description="Who may sign the artifact.")
@@ -137,6 +149,18 @@ class Analysis(Model):
     )
     max_error_rate: float = Field(
         default=0.02, ge=0, le=1, description="Canary error rate may be at most this, 0 to 1."
+    )
+    max_ttft_p99_ms: int | None = Field(
+        default=None,
+        ge=1,
+        description="Absolute ceiling on the canary's TTFT p99 in milliseconds, checked besides "
+        "the ratio; unset means the ratio alone.",
+    )
+    max_inter_token_p99_ms: int | None = Field(
+        default=None,
+        ge=1,
+        description="Absolute ceiling on the canary's inter-token latency p99 in milliseconds; "
+        "unset means the ratio alone.",
     )
 
 
@@ -222,6 +246,14 @@ class ModelDeploymentSpec(Model):
                 "fallback.model must name another model",
             ),
         ]
+        signature = self.artifact.signature_uri
+        problems.append(
+            (
+                bool(signature)
+                and self.artifact.uri.startswith("file://") != signature.startswith("file://"),
+                "artifact.signatureUri: a file:// artifact needs a file:// signature",
+            )
+        )
         refuse_first(problems)
         return self
 
@@ -232,12 +264,40 @@ class Revision(Model):
     name: str = Field(description="Hash-derived revision name.")
     digest: str = Field(description="Artifact digest of this revision.")
     verified: bool = Field(default=False, description="Signature and every file digest checked.")
+    reason: str = Field(
+        default="",
+        description="Verification verdict: Verified, SignatureInvalid, DigestMismatch, "
+        "UntrustedSigner or ArtifactUnreachable; empty until a worker has reported.",
+    )
     signer: str = Field(default="", description="Who signed the artifact, once verified.")
     ready_replicas: int = Field(default=0, description="Ready replicas of this revision.")
     weight: int = Field(default=0, description="Percent of traffic it receives.")
 
 
 Phase = Literal["Pending", "Verifying", "Progressing", "Available", "RolledBack", "Failed"]
+RolloutPhase = Literal["Verifying", "Progressing", "Paused", "Promoted", "RolledBack", "Blocked"]
+
+
+class RolloutStatus(Model):
+    """Where the canary rollout stands; enough to resume it after an operator restart."""
+
+    phase: RolloutPhase = Field(
+        default="Promoted",
+        description="Verifying (no traffic yet), Progressing, Paused, Promoted (stable only), "
+        "RolledBack or Blocked (the canary failed verification).",
+    )
+    step: int = Field(default=0, ge=0, description="Index of the current canary step.")
+    step_started_at: str | None = Field(
+        default=None, description="RFC 3339 time the current step (or a resume) began."
+    )
+    step_passed: bool = Field(
+        default=False, description="An analysis passed during the current step."
+    )
+    reason: str = Field(default="", description="Reason of the last rollout decision.")
+    message: str = Field(default="", description="The last rollout decision, for a human.")
+    last_analysis: str = Field(
+        default="", description="Outcome of the latest canary analysis, for a human."
+    )
 
 
 class ModelDeploymentStatus(Model):
@@ -248,6 +308,9 @@ class ModelDeploymentStatus(Model):
     stable_revision: str = Field(default="", description="Revision serving most traffic.")
     canary_revision: str = Field(default="", description="Revision being rolled out, if any.")
     canary_step: int = Field(default=0, description="Index of the current canary step.")
+    rollout: RolloutStatus | None = Field(
+        default=None, description="The canary rollout's state machine."
+    )
     revisions: list[Revision] = Field(
         default_factory=list,
         description="Known revisions.",

@@ -35,3 +35,10 @@ SIM_COLD_START = "sim.tokenfleet.io/cold-start-seconds"
 #: Annotations of a ModelDeployment under this prefix are copied onto its worker pods (so the
 #: local stack's simulators can be given latency or failures); real engines ignore them.
 SIM_PREFIX = "sim.tokenfleet.io/"
+#: Local stack only: set to "true" (on a ModelDeployment, copied to its pods, or on a pod) and
+#: the node agent verifies the pod's artifact, as the worker image would, before its simulator
+#: starts. Opt-in until every fixture points at a signed artifact.
+SIM_VERIFY_ARTIFACT = "sim.tokenfleet.io/verify-artifact"
+#: On a worker pod: the artifact verification verdict (JSON, tokenfleet.signing.verdict), where
+#: the operator can read it; the node agent writes it in the local stack.
+VERDICT = f"{PREFIX}/verdict"

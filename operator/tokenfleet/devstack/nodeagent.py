@@ -6,11 +6,18 @@ chat completion through that address succeeds. When the pod goes away, its node 
 goes NotReady, the simulator stops. A simulator that exits is reported (pod NotReady) and
 restarted, as a kubelet restarts a crashed container. Other pods on simulated nodes are marked
 Ready at once, as kwok would.
+
+A worker pod that opts in (annotation ``sim.tokenfleet.io/verify-artifact: "true"``) first has
+its artifact verified exactly as the worker image's entrypoint would (tokenfleet.signing, with
+the trust Secret read from the API where a kubelet would mount it). The verdict goes into the
+pod's ``tokenfleet.io/verdict`` annotation; a refused pod stays NotReady with the verdict's
+reason and gets no simulator, as its engine would never start.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import datetime
@@ -22,8 +29,10 @@ from typing import Any
 
 import aiohttp
 
+from tokenfleet.api import labels
 from tokenfleet.devstack import processes, prometheus, simulated
 from tokenfleet.kubeapi import ApiError, KubeApi, Obj
+from tokenfleet.signing.verdict import Reason, Verdict
 
 log = logging.getLogger("tokenfleet.devstack.nodeagent")
 
@@ -69,6 +78,27 @@ def _readiness_patch(pod: Obj, ready: bool, reason: str) -> Obj:
     }
 
 
+def _verify_blocking(
+    check: simulated.ArtifactCheck, public_key: Path | None, workdir: Path
+) -> Verdict:
+    """The worker entrypoint's verification, in a thread: importing model_signing (sigstore)
+    and hashing weights must not stall the agent's event loop."""
+    from tokenfleet.signing import verify
+
+    try:
+        trust = verify.Trust(public_key=public_key, identity=check.identity, issuer=check.issuer)
+    except ValueError as exc:
+        return Verdict(reason=Reason.UNTRUSTED_SIGNER, message=str(exc))
+    verdict, _ = verify.verify_artifact(
+        check.uri,
+        trust=trust,
+        expected_digest=check.digest,
+        signature_uri=check.signature_uri,
+        workdir=workdir,
+    )
+    return verdict
+
+
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(65536):
@@ -110,6 +140,8 @@ class NodeAgent:
         self._session: aiohttp.ClientSession | None = None
         self._targets_dir = targets_dir
         self._published = ""
+        self._verdicts: dict[str, Verdict] = {}  # pod uid → artifact verdict (opted-in pods)
+        self._verifying: dict[str, asyncio.Task[None]] = {}
 
     async def run(self) -> None:
         """Reconcile until cancelled; stops every simulator on the way out."""
@@ -125,7 +157,7 @@ class NodeAgent:
                 self._wake.clear()
                 await self._reconcile()
         finally:
-            for task in watches:
+            for task in [*watches, *self._verifying.values()]:
                 task.cancel()
             leaving = list(self._sims.values())  # all at once: one deadline, not one each
             self._sims.clear()
@@ -139,8 +171,6 @@ class NodeAgent:
         return {s.spec.pod_key: s.spec for s in self._sims.values()}
 
     async def _watch_nodes(self) -> None:
-        from tokenfleet.api import labels
-
         async for kind, node in self._api.list_watch(
             "/api/v1/nodes", selector=f"{labels.SIMULATED_NODE}=true"
         ):
@@ -200,12 +230,81 @@ class NodeAgent:
                 if uid in self._pods:
                     await self._set_ready(self._pods[uid], ready=False, reason="EngineExited")
         for uid, spec in wanted.items():
-            if uid not in self._sims and time.monotonic() >= self._not_before.get(uid, 0.0):
+            due = time.monotonic() >= self._not_before.get(uid, 0.0)
+            if uid not in self._sims and due and self._verified(uid):
                 await self._start(spec)
         self._publish_targets()
+        self._forget_gone_pods()
+
+    def _forget_gone_pods(self) -> None:
         for uid in set(self._crashes) - set(self._pods):
             self._crashes.pop(uid, None)
             self._not_before.pop(uid, None)
+        for uid in set(self._verdicts) - set(self._pods):
+            self._verdicts.pop(uid, None)
+
+    def _verified(self, uid: str) -> bool:
+        """True when the pod may start: no verification asked, or its artifact verified.
+
+        Starts the verification (in a thread: hashing weights takes a while) on first sight.
+        """
+        check = simulated.artifact_check(self._pods[uid])
+        if check is None:
+            return True
+        verdict = self._verdicts.get(uid)
+        if verdict is None and uid not in self._verifying:
+            task = asyncio.create_task(self._verify(uid, check))
+            self._verifying[uid] = task
+            task.add_done_callback(lambda _: self._verifying.pop(uid, None))
+        return verdict is not None and verdict.verified
+
+    async def _verify(self, uid: str, check: simulated.ArtifactCheck) -> None:
+        pod = self._pods.get(uid)
+        if pod is None:
+            return
+        verdict = await self._run_verification(pod, check)
+        self._verdicts[uid] = verdict
+        log.info("artifact of %s: %s %s", _pod_path(pod), verdict.reason, verdict.message)
+        try:
+            await self._api.call(
+                "PATCH",
+                _pod_path(pod),
+                body={"metadata": {"annotations": {labels.VERDICT: verdict.to_json()}}},
+                content_type="application/merge-patch+json",
+            )
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("cannot annotate %s with its verdict: %s", _pod_path(pod), exc)
+        if not verdict.verified:
+            await self._set_ready(pod, ready=False, reason=str(verdict.reason))
+        self._wake.set()
+
+    async def _run_verification(self, pod: Obj, check: simulated.ArtifactCheck) -> Verdict:
+        uid = pod["metadata"]["uid"]
+        public_key: Path | None = None
+        if check.secret:
+            public_key = self._logs / "trust" / f"{uid}.pem"
+            try:
+                await self._write_secret_key(pod, check, public_key)
+            except (ApiError, KeyError, ValueError) as exc:
+                return Verdict(
+                    reason=Reason.UNTRUSTED_SIGNER,
+                    message=f"trust Secret {check.secret}/{check.secret_key} unreadable: {exc}",
+                )
+        workdir = self._logs / "artifacts" / uid
+        return await asyncio.to_thread(_verify_blocking, check, public_key, workdir)
+
+    async def _write_secret_key(
+        self, pod: Obj, check: simulated.ArtifactCheck, target: Path
+    ) -> None:
+        """What a kubelet would mount: the Secret's key, decoded, in a file."""
+        namespace = pod["metadata"]["namespace"]
+        secret = await self._api.call(
+            "GET", f"/api/v1/namespaces/{namespace}/secrets/{check.secret}"
+        )
+        data = base64.b64decode(secret["data"][check.secret_key], validate=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
 
     def _publish_targets(self) -> None:
         """Running simulators as Prometheus file_sd targets (only when they changed)."""

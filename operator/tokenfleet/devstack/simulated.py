@@ -133,3 +133,55 @@ def sim_spec(pod: dict[str, Any]) -> SimSpec | None:
         pod_labels=tuple(sorted(meta.get("labels", {}).items())),
         cold_start_seconds=cold_start,
     )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ArtifactCheck:
+    """What the worker entrypoint of a pod would verify, read from its container and volumes.
+
+    ``secret``/``secret_key`` name the public key a kubelet would have mounted (the node agent
+    reads it from the API instead); ``identity``/``issuer`` are a Sigstore signer.
+    """
+
+    uri: str
+    digest: str
+    signature_uri: str = ""
+    secret: str = ""
+    secret_key: str = ""
+    identity: str = ""
+    issuer: str = ""
+
+
+def artifact_check(pod: dict[str, Any]) -> ArtifactCheck | None:
+    """The verification a worker pod opted into (labels.SIM_VERIFY_ARTIFACT), or None."""
+    meta = pod.get("metadata", {})
+    if (meta.get("annotations") or {}).get(labels.SIM_VERIFY_ARTIFACT) != "true":
+        return None
+    container = _engine_container(pod)
+    env = {e["name"]: e.get("value", "") for e in container.get("env", []) if "name" in e}
+    key_path = env.get("TOKENFLEET_TRUST_PUBLIC_KEY", "")
+    secret, secret_key = _mounted_secret(pod, container, key_path) if key_path else ("", "")
+    return ArtifactCheck(
+        uri=env.get("TOKENFLEET_ARTIFACT_URI", ""),
+        digest=env.get("TOKENFLEET_ARTIFACT_DIGEST", ""),
+        signature_uri=env.get("TOKENFLEET_SIGNATURE_URI", ""),
+        secret=secret,
+        secret_key=secret_key,
+        identity=env.get("TOKENFLEET_TRUST_IDENTITY", ""),
+        issuer=env.get("TOKENFLEET_TRUST_ISSUER", ""),
+    )
+
+
+def _mounted_secret(pod: dict[str, Any], container: dict[str, Any], path: str) -> tuple[str, str]:
+    """(Secret name, key) a kubelet would have put at ``path``; ("", "") if none would."""
+    directory, _, file_name = path.rpartition("/")
+    mount = next(
+        (m for m in container.get("volumeMounts", []) if m.get("mountPath") == directory), None
+    )
+    volumes = pod.get("spec", {}).get("volumes", [])
+    volume = next((v for v in volumes if mount and v.get("name") == mount.get("name")), None)
+    if volume is None or "secret" not in volume:
+        return ("", "")
+    items = volume["secret"].get("items") or [{"key": file_name, "path": file_name}]
+    key = next((i["key"] for i in items if i.get("path") == file_name), "")
+    return (volume["secret"].get("secretName", ""), key)

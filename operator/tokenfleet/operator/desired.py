@@ -17,12 +17,16 @@ from typing import Any
 from tokenfleet.api import labels
 from tokenfleet.api.deployment import ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
+from tokenfleet.operator.policy import revisions
 
 Manifest = dict[str, Any]
 
 #: Where the worker's init step puts the verified artifact; vLLM serves it from there.
 MODEL_DIR = "/models/artifact"
 HTTP_PORT = 8000
+#: Where the trust Secret (the signer's public key) is mounted in the worker container.
+TRUST_DIR = "/etc/tokenfleet/trust"
+TRUST_VOLUME = "artifact-trust"
 APPLIED_HASH = f"{labels.PREFIX}/applied-hash"
 #: Seconds to keep serving after the pod is marked terminating, so gateways stop routing first.
 PRE_STOP_DRAIN_SECONDS = 15
@@ -63,8 +67,7 @@ class Owner:
 
 def revision_of(spec: ModelDeploymentSpec) -> str:
     """A short hash of what makes a revision: the artifact and the engine settings."""
-    identity = {"artifact": spec.artifact.to_wire(), "engine": spec.engine.to_wire()}
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]
+    return revisions.revision_of(spec)
 
 
 def worker_name(pool: str, zone: str, revision: str) -> str:
@@ -85,6 +88,44 @@ def serve_args(spec: ModelDeploymentSpec) -> list[str]:
     if engine.max_num_seqs is not None:
         args += ["--max-num-seqs", str(engine.max_num_seqs)]
     return args + list(engine.extra_args)
+
+
+def artifact_env(spec: ModelDeploymentSpec) -> list[dict[str, str]]:
+    """What the worker entrypoint (tokenfleet.worker) needs to verify before it serves."""
+    artifact, trust = spec.artifact, spec.artifact.trust
+    env = [
+        {"name": "TOKENFLEET_ARTIFACT_URI", "value": artifact.uri},
+        {"name": "TOKENFLEET_ARTIFACT_DIGEST", "value": artifact.digest},
+        {"name": "TOKENFLEET_MODEL_DIR", "value": MODEL_DIR},
+    ]
+    if artifact.signature_uri:
+        env.append({"name": "TOKENFLEET_SIGNATURE_URI", "value": artifact.signature_uri})
+    if trust.public_key is not None:
+        path = f"{TRUST_DIR}/{trust.public_key.key}"
+        env.append({"name": "TOKENFLEET_TRUST_PUBLIC_KEY", "value": path})
+    if trust.sigstore is not None:
+        env.append({"name": "TOKENFLEET_TRUST_IDENTITY", "value": trust.sigstore.identity})
+        env.append({"name": "TOKENFLEET_TRUST_ISSUER", "value": trust.sigstore.issuer})
+    return env
+
+
+def trust_volumes(spec: ModelDeploymentSpec) -> list[dict[str, Any]]:
+    """The public-key Secret as a read-only volume (none for Sigstore identities)."""
+    key = spec.artifact.trust.public_key
+    if key is None:
+        return []
+    return [
+        {
+            "name": TRUST_VOLUME,
+            "secret": {"secretName": key.name, "items": [{"key": key.key, "path": key.key}]},
+        }
+    ]
+
+
+def trust_mounts(spec: ModelDeploymentSpec) -> list[dict[str, Any]]:
+    if spec.artifact.trust.public_key is None:
+        return []
+    return [{"name": TRUST_VOLUME, "mountPath": TRUST_DIR, "readOnly": True}]
 
 
 def _probes(pool: InferencePoolSpec, model_name: str) -> dict[str, Any]:
@@ -145,15 +186,14 @@ def worker_deployment(
         "image": model.engine.image,
         "args": serve_args(model),
         "ports": [{"name": "http", "containerPort": HTTP_PORT}],
-        "env": [
-            {"name": "TOKENFLEET_ARTIFACT_URI", "value": model.artifact.uri},
-            {"name": "TOKENFLEET_ARTIFACT_DIGEST", "value": model.artifact.digest},
-            {"name": "TOKENFLEET_MODEL_DIR", "value": MODEL_DIR},
-        ],
+        "env": artifact_env(model),
+        # The entrypoint writes a refused verdict there; vLLM's own crashes fall back to logs.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": {"requests": gpus, "limits": gpus},
         "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_DRAIN_SECONDS}}},
         "volumeMounts": [
             {"name": "models", "mountPath": "/models"},
+            *trust_mounts(model),
             {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - vLLM shm,
         ],
         **_probes(pool, model.model.name),
@@ -184,6 +224,7 @@ def worker_deployment(
                     "containers": [container],
                     "volumes": [
                         {"name": "models", "emptyDir": {}},
+                        *trust_volumes(model),
                         {"name": "shm", "emptyDir": {"medium": "Memory"}},
                     ],
                 },

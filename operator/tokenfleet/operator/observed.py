@@ -28,6 +28,9 @@ class WorkerPod:
     terminating: bool
     unschedulable_since: datetime.datetime | None
     created: datetime.datetime | None = None
+    #: The artifact verdict as written (JSON, tokenfleet.signing.verdict): the worker's
+    #: termination message, or the tokenfleet.io/verdict annotation; "" before any.
+    verdict: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,7 +79,22 @@ def worker_pod(obj: Mapping[str, Any]) -> WorkerPod:
         terminating=bool(meta.get("deletionTimestamp")),
         unschedulable_since=_time(scheduled.get("lastTransitionTime")) if unschedulable else None,
         created=_time(meta.get("creationTimestamp")),
+        verdict=_verdict_text(obj),
     )
+
+
+def _verdict_text(obj: Mapping[str, Any]) -> str:
+    """Where a verdict is left: the pod annotation (local stack), else the engine container's
+    termination message (the worker image writes it, then exits)."""
+    annotated = (obj["metadata"].get("annotations") or {}).get(labels.VERDICT, "")
+    if annotated:
+        return str(annotated)
+    for status in obj.get("status", {}).get("containerStatuses", []) or []:
+        for state in (status.get("state") or {}, status.get("lastState") or {}):
+            message = (state.get("terminated") or {}).get("message", "")
+            if message.startswith("{"):
+                return str(message)
+    return ""
 
 
 def worker_set(obj: Mapping[str, Any]) -> WorkerSet:

@@ -16,6 +16,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests.exceptions import RequestException
 from urllib3.util.retry import Retry
 
+from tokenfleet.operator.policy.analysis import Sample
 from tokenfleet.operator.policy.scaling import Signals
 from tokenfleet.signals import queries
 
@@ -55,3 +56,33 @@ class PrometheusSignals:
         except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
             log.warning("prometheus at %s unreadable for %s/%s: %s", self.url, namespace, pool, exc)
             return Signals(stale=True)
+
+    def _number(self, query: str) -> float | None:
+        """A value, with NaN (a quantile over no requests) as None: no data is not zero."""
+        value = self._value(query)
+        return None if value is None or math.isnan(value) else value
+
+    def canary_sample(
+        self, namespace: str, model: str, revision: str, *, window_seconds: int
+    ) -> Sample | None:
+        """One revision's figures over the last ``window_seconds``; None if unreadable."""
+        window = f"{window_seconds}s"
+        args = (namespace, model, revision, window)
+        try:
+            requests = self._number(queries.revision_requests(*args))
+            return Sample(
+                requests=round(requests or 0),
+                ttft_p99=self._number(queries.revision_ttft_p99(*args)),
+                inter_token_p99=self._number(queries.revision_inter_token_p99(*args)),
+                error_rate=self._number(queries.revision_error_rate(*args)),
+            )
+        except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
+            log.warning(
+                "prometheus at %s unreadable for %s/%s@%s: %s",
+                self.url,
+                namespace,
+                model,
+                revision,
+                exc,
+            )
+            return None

@@ -69,3 +69,48 @@ def generation_rate(namespace: str, pool: str, window: str = "1m") -> str:
 
 def _either_rate(names: tuple[str, ...], selector: str, window: str) -> str:
     return " or ".join(f"sum(rate({name}{selector}[{window}]))" for name in names)
+
+
+# --- canary analysis: one revision of one model ---------------------------------------------
+
+
+def _revision(namespace: str, model: str, revision: str) -> str:
+    return f'{{namespace="{namespace}",model="{model}",revision="{revision}"}}'
+
+
+def _p99(names: tuple[str, ...], selector: str, window: str) -> str:
+    return " or ".join(
+        f"histogram_quantile(0.99, sum by (le) (rate({name}_bucket{selector}[{window}])))"
+        for name in names
+    )
+
+
+def revision_ttft_p99(namespace: str, model: str, revision: str, window: str) -> str:
+    """p99 time to first token (seconds) of one revision's engines over ``window``."""
+    return _p99(vllm.TIME_TO_FIRST_TOKEN, _revision(namespace, model, revision), window)
+
+
+def revision_inter_token_p99(namespace: str, model: str, revision: str, window: str) -> str:
+    """p99 inter-token latency (seconds) of one revision's engines over ``window``."""
+    return _p99(vllm.INTER_TOKEN_LATENCY, _revision(namespace, model, revision), window)
+
+
+def revision_requests(namespace: str, model: str, revision: str, window: str) -> str:
+    """Requests one revision's engines finished over ``window`` (the sample size)."""
+    selector = _revision(namespace, model, revision)
+    return f"sum(increase({vllm.E2E_LATENCY[0]}_count{selector}[{window}]))"
+
+
+def revision_error_rate(namespace: str, model: str, revision: str, window: str) -> str:
+    """Failed share of the gateway's requests routed to one revision (0..1).
+
+    Engines do not count their failures, so this reads the gateway; it needs the gateway's
+    request counter to carry a ``revision`` label (until it does, the series is missing and a
+    canary cannot pass, only fail on latency).
+    """
+    served = f'{{namespace="{namespace}",model="{model}",revision="{revision}"}}'
+    failed = f'{{namespace="{namespace}",model="{model}",revision="{revision}",outcome="failed"}}'
+    return (
+        f"sum(increase({gateway.REQUESTS}{failed}[{window}])) / "
+        f"sum(increase({gateway.REQUESTS}{served}[{window}]))"
+    )

@@ -44,7 +44,14 @@ class Simulation:
             )
             for p in scenario.pools
         }
-        self.buckets = [(p.name, p.spec.max_input_tokens) for p in scenario.pools]
+        self.buckets = [
+            routing.PoolOption(
+                key=p.name,
+                max_input_tokens=p.spec.max_input_tokens,
+                classes=frozenset(p.spec.routing.classes),
+            )
+            for p in scenario.pools
+        ]
         self.stream_pool = [s.pool for s in scenario.streams]
         self.stream_cls = [s.cls for s in scenario.streams]
         self.stream_prefix = [s.shared_prefix.tokens for s in scenario.streams]
@@ -106,7 +113,10 @@ class Simulation:
     # ---- the clock -----------------------------------------------------------------------
 
     def _arrive(self, t: float, stream: int, n_in: int, n_out: int, prefix: int) -> None:
-        name = self.stream_pool[stream] or routing.choose_pool(self.buckets, n_in) or ""
+        name = self.stream_pool[stream] or routing.choose_pool(
+            self.buckets, prompt_tokens=n_in, cls=self.stream_cls[stream]
+        )
+        assert name is not None
         pool = self.pools[name]
         cls = admission.class_for(self.stream_cls[stream], pool.policies)
         req = Request(
@@ -236,3 +246,4 @@ class Simulation:
                 kv=sum(r.kv_usage() for r in ready) / len(ready) if ready else 0.0,
             )
             pool.tick_rate(1.0)
+            pool.scrape(now)

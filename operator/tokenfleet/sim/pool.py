@@ -13,8 +13,8 @@ import itertools
 import random
 
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.gateway.catalog import class_policy
-from tokenfleet.gateway.policy import admission, routing
+from tokenfleet.gateway.catalog import class_policy, routing_policy
+from tokenfleet.gateway.policy import admission, prefix, routing
 from tokenfleet.gateway.policy.admission import ClassPolicy, PoolLoad, Waiting
 from tokenfleet.gateway.policy.rejections import Rejected
 from tokenfleet.operator.policy import placement, scaling
@@ -23,10 +23,7 @@ from tokenfleet.sim.scalers import PoolView
 from tokenfleet.sim.scenario import Performance
 from tokenfleet.sim.stats import Recorder
 
-# Up to this many ready replicas the router compares them all, as the gateway does; beyond it,
-# two drawn at random (power-of-two choices): O(1) per request however large the pool.
-FULL_SCAN = 16
-ROUTE_SAMPLE = 2
+CHARS_PER_TOKEN = 4  # to turn a shared prefix's tokens into the prompt text routing hashes
 
 
 class Pool:
@@ -58,9 +55,12 @@ class Pool:
         self.replicas: list[Replica] = []
         self.ready: list[Replica] = []
         self.endpoints: dict[int, routing.Endpoint] = {}
-        self.ready_endpoints: list[routing.Endpoint] = []
+        self.group = routing.EMPTY
+        self.routing = routing_policy(spec.routing)
+        self.prefixes = prefix.PrefixIndex()
+        self.prefix_hashes: dict[int, tuple[bytes, ...]] = {}
         self.by_url: dict[str, Replica] = {}
-        self.in_flight_by_url: dict[str, int] = {}
+        self.loads: dict[str, routing.Load] = {}  # what the router knows of each replica
         self.in_flight: dict[str, int] = dict.fromkeys(self.policies, 0)
         self.queues: dict[str, collections.deque[tuple[Waiting, Request]]] = {
             c: collections.deque() for c in self.policies
@@ -90,7 +90,7 @@ class Pool:
 
     def refresh(self) -> None:
         self.capacity = len(self.ready) * self.perf.max_num_seqs
-        self.ready_endpoints = [self.endpoints[r.id] for r in self.ready]
+        self.group = routing.Group.of([self.endpoints[r.id] for r in self.ready])
         self.load = self._load()
 
     def tick_rate(self, seconds: float) -> None:
@@ -134,29 +134,63 @@ class Pool:
             self.waits.append(now - req.arrival)
         self.dispatch(req, now)
 
-    def dispatch(self, req: Request, now: float) -> None:
+    def _hashes(self, req: Request) -> tuple[bytes, ...]:
+        """The prompt's block hashes as the gateway computes them (one synthetic text per
+        shared prefix; the rest of a prompt is unique, so it never matches)."""
+        if req.prefix < 0:
+            return ()
+        hashes = self.prefix_hashes.get(req.prefix)
+        if hashes is None:
+            text = f"shared prefix {req.prefix} ".ljust(req.prefix_tokens * CHARS_PER_TOKEN, ".")
+            hashes = prefix.block_hashes(text, model="model", salt="")
+            self.prefix_hashes[req.prefix] = hashes
+        return hashes
+
+    def dispatch(self, req: Request, now: float, tried: frozenset[str] = frozenset()) -> None:
         """Route a started request to a replica (again, after its replica died unanswered)."""
-        n = len(self.ready)
-        if not n:
+        hashes = self._hashes(req)
+        ask = routing.Ask(
+            match=self.prefixes.match(hashes) if hashes else prefix.NO_MATCH, tried=tried
+        )
+        choice = routing.pick(
+            self.group, loads=self.loads, ask=ask, policy=self.routing, now=now, rng=self.rng
+        )
+        if choice is None:
             req.dispatched = req.dispatched or now  # its slot is released with it
             self.end(req, "failed", "NoReplica", now)
             return
-        eps = self.ready_endpoints
-        if n > FULL_SCAN:
-            rnd = self.rng.random
-            eps = [eps[int(rnd() * n)] for _ in range(ROUTE_SAMPLE)]
-        chosen = routing.choose(eps, self.in_flight_by_url, self.rng)
-        assert chosen is not None
-        self.in_flight_by_url[chosen.url] += 1
+        url = choice.endpoint.url
+        if hashes:
+            self.prefixes.record(hashes, url)
+        self._count(url, +1)
         if req.dispatched is None:
             req.dispatched = now
-        self.by_url[chosen.url].accept(req, now, mark_first_token, self.finished)
+        self.by_url[url].accept(req, now, mark_first_token, self.finished)
+
+    def _count(self, url: str, change: int) -> None:
+        old = self.loads[url]
+        self.loads[url] = routing.Load(
+            in_flight=old.in_flight + change,
+            waiting=old.waiting,
+            kv_usage=old.kv_usage,
+            scraped_at=old.scraped_at,
+        )
+
+    def scrape(self, now: float) -> None:
+        """What the gateway's scraper reads from each ready replica's /metrics."""
+        for r in self.ready:
+            self.loads[r.url] = routing.Load(
+                in_flight=self.loads[r.url].in_flight,
+                waiting=len(r.waiting),
+                kv_usage=r.kv_usage(),
+                scraped_at=now,
+            )
 
     def finished(self, req: Request, at: float) -> None:
         """A replica finished ``req`` at ``at`` (its callback)."""
         replica = req.replica
         if replica is not None:
-            self.in_flight_by_url[replica.url] -= 1
+            self._count(replica.url, -1)
         self.completions += 1
         self.prompt_tokens += req.input
         self.generated_tokens += req.output
@@ -206,7 +240,7 @@ class Pool:
             r.ready_at = now
         self.replicas.append(r)
         self.by_url[r.url] = r
-        self.in_flight_by_url[r.url] = 0
+        self.loads[r.url] = routing.IDLE
 
     def make_ready(self, now: float) -> None:
         """Replicas past their cold start join the routable set."""
@@ -257,7 +291,7 @@ class Pool:
                 r.gone = now
                 self.rec.busy(r.busy_prefill, r.busy_decode)
                 del self.by_url[r.url]
-                del self.in_flight_by_url[r.url]
+                del self.loads[r.url]
             else:
                 alive.append(r)
         self.replicas = alive
@@ -269,11 +303,12 @@ class Pool:
             self._unroute(r)
             held = r.evict_all()
             r.draining = True
-            self.in_flight_by_url[r.url] = 0
+            self.loads[r.url] = routing.IDLE
             for req in held:
                 if req.first_token is None:
                     req.retries += 1
-                    self.dispatch(req, now)  # keeps its admission slot: no byte was sent
+                    # keeps its admission slot (no byte was sent) and avoids the dead replica
+                    self.dispatch(req, now, tried=frozenset({r.url}))
                 else:
                     self.end(req, "failed", "ReplicaLost", now)
 

@@ -1,0 +1,113 @@
+"""Canary analysis (pure): is the canary revision worse than stable over the last interval?
+
+Compared per interval, from Prometheus: p99 time to first token, p99 inter-token latency and the
+error rate. Latencies are judged against stable as a ratio (the canary's p99 may be at most
+``ratio`` × stable's) and, when set, against an absolute ceiling; the error rate against an
+absolute ceiling. Too few canary (or stable) requests is ``INSUFFICIENT_SAMPLES``. A breach on
+any measured series fails at once (rolling back on partial evidence is safe); passing needs
+every series present (promoting on partial evidence is not): silence never promotes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tokenfleet.operator.policy.rollout import Outcome
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Sample:
+    """One revision's figures over the analysis interval; None is "no series"."""
+
+    requests: int
+    ttft_p99: float | None = None  # seconds
+    inter_token_p99: float | None = None  # seconds
+    error_rate: float | None = None  # failed / all requests, 0..1
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Thresholds:
+    """From ModelDeployment.spec.rollout.analysis."""
+
+    min_samples: int = 50
+    max_ttft_p99_ratio: float = 1.5
+    max_inter_token_p99_ratio: float = 1.5
+    max_error_rate: float = 0.02
+    max_ttft_p99: float | None = None  # seconds; an absolute ceiling besides the ratio
+    max_inter_token_p99: float | None = None  # seconds
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Judgment:
+    """The verdict on one interval, with every failed check spelled out."""
+
+    outcome: Outcome  # ANALYSIS_PASSED, ANALYSIS_FAILED or INSUFFICIENT_SAMPLES
+    failures: tuple[str, ...] = ()
+    message: str = ""
+
+
+def _latency(
+    name: str, canary: float | None, stable: float | None, *, ratio: float, ceiling: float | None
+) -> list[str]:
+    """Failed latency checks; a check whose series is missing neither fails nor passes."""
+    out: list[str] = []
+    if canary is None:
+        return out
+    if stable is not None and canary > ratio * stable:
+        out.append(f"{name} p99 {canary * 1000:.0f} ms > {ratio:g} × stable {stable * 1000:.0f} ms")
+    if ceiling is not None and canary > ceiling:
+        out.append(f"{name} p99 {canary * 1000:.0f} ms > ceiling {ceiling * 1000:.0f} ms")
+    return out
+
+
+def judge(canary: Sample, stable: Sample, thresholds: Thresholds) -> Judgment:
+    """Fail on any measured breach; pass only when every series is there and within bounds."""
+    short = [
+        f"{who} served {s.requests} < {thresholds.min_samples} requests"
+        for who, s in (("canary", canary), ("stable", stable))
+        if s.requests < thresholds.min_samples
+    ]
+    if short:
+        return Judgment(outcome=Outcome.INSUFFICIENT_SAMPLES, message="; ".join(short))
+    failures = [
+        *_latency(
+            "TTFT",
+            canary.ttft_p99,
+            stable.ttft_p99,
+            ratio=thresholds.max_ttft_p99_ratio,
+            ceiling=thresholds.max_ttft_p99,
+        ),
+        *_latency(
+            "inter-token",
+            canary.inter_token_p99,
+            stable.inter_token_p99,
+            ratio=thresholds.max_inter_token_p99_ratio,
+            ceiling=thresholds.max_inter_token_p99,
+        ),
+    ]
+    if canary.error_rate is not None and canary.error_rate > thresholds.max_error_rate:
+        failures.append(f"error rate {canary.error_rate:.1%} > {thresholds.max_error_rate:.1%}")
+    if failures:
+        return Judgment(
+            outcome=Outcome.ANALYSIS_FAILED, failures=tuple(failures), message="; ".join(failures)
+        )
+    missing = [
+        name
+        for name, value in (
+            ("canary TTFT", canary.ttft_p99),
+            ("canary inter-token", canary.inter_token_p99),
+            ("canary error rate", canary.error_rate),
+            ("stable TTFT", stable.ttft_p99),
+            ("stable inter-token", stable.inter_token_p99),
+        )
+        if value is None
+    ]
+    if missing:
+        return Judgment(
+            outcome=Outcome.INSUFFICIENT_SAMPLES,
+            message=f"no breach so far, but {', '.join(missing)} missing: cannot pass yet",
+        )
+    return Judgment(
+        outcome=Outcome.ANALYSIS_PASSED,
+        message=f"canary within thresholds over {canary.requests} requests",
+    )

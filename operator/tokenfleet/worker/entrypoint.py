@@ -1,0 +1,148 @@
+"""Verify → exec ``vllm serve`` with the rendered arguments; refuse to start otherwise.
+
+The operator sets the environment below on the worker container and passes ``vllm serve``'s
+arguments as the container's args, the model path first (the ``TOKENFLEET_MODEL_DIR``
+placeholder). On success the process *becomes* vLLM (exec: vLLM gets PID 1's signals) serving
+the directory that was verified, with the Hugging Face hub switched off so nothing unverified
+can be fetched later. On failure the verdict goes to the termination message, where the
+operator reads it, and the process exits non-zero: the engine never starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from tokenfleet.signing.verdict import Verdict
+
+#: Exit codes a pod's status shows: bad configuration (operator bug or hand-made pod), and an
+#: artifact that failed verification (see the termination message for which reason).
+EXIT_CONFIG = 2
+EXIT_UNVERIFIED = 3
+
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+DEFAULT_MODEL_DIR = "/models/artifact"
+
+#: exec(program, argv, env): os.execvpe in production; tests inject a recorder.
+Exec = Callable[[str, list[str], dict[str, str]], None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    """What the operator tells the worker, parsed once from the environment."""
+
+    uri: str
+    digest: str
+    signature_uri: str = ""
+    public_key: Path | None = None
+    identity: str = ""
+    issuer: str = ""
+    model_dir: str = DEFAULT_MODEL_DIR
+    termination_log: Path = Path(DEFAULT_TERMINATION_LOG)
+    fetch_timeout: float = 30.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Config:
+        """Refuses (ValueError) a missing artifact or anything but exactly one trust method."""
+        uri, digest = (
+            env.get("TOKENFLEET_ARTIFACT_URI", ""),
+            env.get("TOKENFLEET_ARTIFACT_DIGEST", ""),
+        )
+        if not uri or not digest:
+            raise ValueError("TOKENFLEET_ARTIFACT_URI and TOKENFLEET_ARTIFACT_DIGEST must be set")
+        key = env.get("TOKENFLEET_TRUST_PUBLIC_KEY", "")
+        identity = env.get("TOKENFLEET_TRUST_IDENTITY", "")
+        issuer = env.get("TOKENFLEET_TRUST_ISSUER", "")
+        if bool(key) == bool(identity) or bool(identity) != bool(issuer):
+            raise ValueError(
+                "set exactly one trust method: TOKENFLEET_TRUST_PUBLIC_KEY, or both "
+                "TOKENFLEET_TRUST_IDENTITY and TOKENFLEET_TRUST_ISSUER"
+            )
+        return cls(
+            uri=uri,
+            digest=digest,
+            signature_uri=env.get("TOKENFLEET_SIGNATURE_URI", ""),
+            public_key=Path(key) if key else None,
+            identity=identity,
+            issuer=issuer,
+            model_dir=env.get("TOKENFLEET_MODEL_DIR", DEFAULT_MODEL_DIR),
+            termination_log=Path(env.get("TOKENFLEET_TERMINATION_LOG", DEFAULT_TERMINATION_LOG)),
+            fetch_timeout=float(env.get("TOKENFLEET_FETCH_TIMEOUT_SECONDS", "30")),
+        )
+
+
+def render(args: Sequence[str], *, placeholder: str, served: Path) -> list[str]:
+    """``vllm serve`` argv: the model placeholder (or a missing model) becomes ``served``."""
+    rest = list(args)
+    if rest and rest[0] == placeholder:
+        rest = rest[1:]
+    elif rest and not rest[0].startswith("-"):
+        raise ValueError(f"the first argument must be the model placeholder {placeholder}")
+    return ["vllm", "serve", str(served), *rest]
+
+
+def serving_env(env: Mapping[str, str]) -> dict[str, str]:
+    """vLLM's environment: as given, with the hub off (only verified files may be loaded)."""
+    return {**env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+Verifier = Callable[[Config], tuple[Verdict, Path | None]]
+
+
+def verify_with_model_signing(config: Config) -> tuple[Verdict, Path | None]:
+    """The real verifier: fetch into the model directory's parent, then model_signing."""
+    from tokenfleet.signing import verify  # sigstore loads only in the worker, not on import
+
+    trust = verify.Trust(
+        public_key=config.public_key, identity=config.identity, issuer=config.issuer
+    )
+    staging = Path(config.model_dir).parent / "staging"
+    return verify.verify_artifact(
+        config.uri,
+        trust=trust,
+        expected_digest=config.digest,
+        signature_uri=config.signature_uri,
+        workdir=None if config.uri.startswith("file://") else staging,
+        timeout=config.fetch_timeout,
+    )
+
+
+def report(verdict: Verdict, termination_log: Path) -> None:
+    """The verdict on stdout (logs) and, when it refuses, in the termination message."""
+    print(verdict.to_json(), flush=True)
+    if verdict.verified:
+        return  # leave the termination message to vLLM's own failures (FallbackToLogsOnError)
+    try:
+        termination_log.write_text(verdict.to_json())
+    except OSError as error:
+        print(f"could not write {termination_log}: {error}", file=sys.stderr)
+
+
+def run(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    verifier: Verifier = verify_with_model_signing,
+    exec_: Exec = os.execvpe,
+) -> int:
+    """Parse → verify → report → exec. Returns an exit code only when it does not exec."""
+    try:
+        config = Config.from_env(env)
+    except ValueError as error:
+        print(f"tokenfleet worker: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        render(args, placeholder=config.model_dir, served=Path(config.model_dir))
+    except ValueError as error:  # refuse before spending minutes on a download
+        print(f"tokenfleet worker: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    verdict, served = verifier(config)
+    report(verdict, config.termination_log)
+    if not verdict.verified or served is None:
+        return EXIT_UNVERIFIED
+    argv = render(args, placeholder=config.model_dir, served=served)
+    exec_(argv[0], argv, serving_env(env))
+    return 0  # only reached when exec_ is a test double

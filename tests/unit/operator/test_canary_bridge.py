@@ -1,0 +1,173 @@
+"""The rollout state survives a trip through ModelDeployment.status (what an operator restart
+relies on) for every phase; spec steps and thresholds convert with the right units; a
+revision's verification is read from its pods' verdicts (annotation or termination message)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tokenfleet.api import labels
+from tokenfleet.api.deployment import ModelDeploymentStatus, Rollout
+from tokenfleet.operator import canary, observed
+from tokenfleet.operator.policy import rollout
+from tokenfleet.operator.policy.rollout import Observation, Outcome, Phase, State
+from tokenfleet.signing.verdict import Reason, Verdict
+
+NOW = 1_795_000_000.0  # whole seconds: status stores RFC 3339 to the second
+
+
+@pytest.mark.parametrize("phase", list(Phase), ids=str)
+def test_state_round_trips_through_status(phase: Phase) -> None:
+    state = State(
+        phase=phase,
+        stable="m-aaa",
+        canary="m-bbb",
+        step=1,
+        step_started=NOW,
+        step_passed=True,
+        reason="DigestMismatch",
+    )
+    decision = rollout.Decision(
+        state=state, weights={}, why=rollout.Why.HOLDING, message="m", notable=False
+    )
+    wire = {"phase": "Progressing", **canary.status_fields(decision, last_analysis="ok")}
+    status = ModelDeploymentStatus.model_validate(wire)
+    assert canary.state_of(status) == state
+    assert status.rollout is not None and status.rollout.last_analysis == "ok"
+    assert wire["rollout"]["stepStartedAt"].endswith("Z")
+
+
+def test_restart_mid_rollout_resumes_at_the_same_step() -> None:
+    steps = canary.steps_of(Rollout())
+    state = State(phase=Phase.PROMOTED, stable="m-aaa")
+    for seen, at in [
+        (Observation(outcome=Outcome.NEW_REVISION, revision="m-bbb"), NOW),
+        (Observation(outcome=Outcome.VERIFIED), NOW + 10),
+        (Observation(outcome=Outcome.ANALYSIS_PASSED), NOW + 400),  # default hold 300 s
+    ]:
+        decision = rollout.decide(state, seen, steps=steps, now=at)
+        state = decision.state
+    assert (state.phase, state.step) == (Phase.PROGRESSING, 1)
+    # The operator dies; a new one reads status back.
+    status = ModelDeploymentStatus.model_validate(canary.status_fields(decision))
+    resumed = canary.state_of(status)
+    assert resumed == state
+    nxt = rollout.decide(
+        resumed, Observation(outcome=Outcome.HOLD_ELAPSED), steps=steps, now=NOW + 500
+    )
+    assert nxt.why is rollout.Why.HOLDING  # same step, its hold still running
+
+
+def test_no_status_means_a_fresh_machine() -> None:
+    assert canary.state_of(None) == State()
+    assert canary.state_of(ModelDeploymentStatus()) == State()
+
+
+def test_spec_units() -> None:
+    spec = Rollout.model_validate(
+        {"steps": [{"weight": 20, "holdSeconds": 90}], "analysis": {"maxTtftP99Ms": 800}}
+    )
+    assert canary.steps_of(spec) == (rollout.Step(weight=20, hold=90.0),)
+    limits = canary.thresholds_of(spec)
+    assert limits.max_ttft_p99 == 0.8 and limits.max_inter_token_p99 is None
+
+
+# --- verification as the operator sees it ------------------------------------------------------
+
+REFUSED = Verdict(reason=Reason.DIGEST_MISMATCH, message="Hash mismatch for 'a'").to_json()
+UNTRUSTED = Verdict(reason=Reason.UNTRUSTED_SIGNER).to_json()
+OK = Verdict(reason=Reason.VERIFIED, signer="key:sha256:ab").to_json()
+
+
+def worker(
+    revision: str = "rev-b",
+    *,
+    ready: bool = False,
+    verdict_text: str = "",
+    terminating: bool = False,
+) -> observed.WorkerPod:
+    return observed.WorkerPod(
+        name=f"p-{uuid.uuid4().hex[:5]}",
+        zone="zone-a",
+        revision=revision,
+        ready=ready,
+        terminating=terminating,
+        unschedulable_since=None,
+        verdict=verdict_text,
+    )
+
+
+@pytest.mark.parametrize(
+    ("pods", "expected"),
+    [
+        pytest.param([], None, id="no-pods"),
+        pytest.param([worker()], None, id="starting"),
+        pytest.param([worker(ready=True)], Outcome.VERIFIED, id="ready-means-verified"),
+        pytest.param([worker(verdict_text=OK)], Outcome.VERIFIED, id="verified-verdict"),
+        pytest.param([worker(verdict_text=REFUSED)], Outcome.VERIFICATION_FAILED, id="refused"),
+        pytest.param(
+            [worker(ready=True), worker(verdict_text=REFUSED)],
+            Outcome.VERIFICATION_FAILED,
+            id="one-refusal-blocks",
+        ),
+        pytest.param([worker("rev-a", verdict_text=REFUSED)], None, id="other-revision"),
+        pytest.param([worker(verdict_text=REFUSED, terminating=True)], None, id="terminating"),
+        pytest.param([worker(verdict_text="not json")], None, id="garbage-ignored"),
+    ],
+)
+def test_verification_of_a_revision(
+    pods: list[observed.WorkerPod], expected: Outcome | None
+) -> None:
+    seen = canary.verification(pods, "rev-b")
+    assert (seen.outcome if seen else None) == expected
+
+
+def test_the_most_frequent_refusal_is_reported() -> None:
+    pods = [
+        worker(verdict_text=REFUSED),
+        worker(verdict_text=REFUSED),
+        worker(verdict_text=UNTRUSTED),
+    ]
+    seen = canary.verification(pods, "rev-b")
+    assert seen is not None and seen.detail == "DigestMismatch"
+
+
+def _pod(annotations: dict[str, str], statuses: list[dict[str, object]]) -> dict[str, object]:
+    return {
+        "metadata": {"name": "p", "annotations": annotations, "labels": {labels.REVISION: "rev-b"}},
+        "status": {"containerStatuses": statuses},
+    }
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        pytest.param(_pod({labels.VERDICT: REFUSED}, []), REFUSED, id="annotation"),
+        pytest.param(
+            _pod(
+                {},
+                [
+                    {
+                        "name": "vllm",
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                        "lastState": {"terminated": {"exitCode": 3, "message": REFUSED}},
+                    }
+                ],
+            ),
+            REFUSED,
+            id="termination-message",
+        ),
+        pytest.param(
+            _pod(
+                {}, [{"name": "vllm", "state": {"terminated": {"message": "CUDA out of memory"}}}]
+            ),
+            "",
+            id="engine-log-is-not-a-verdict",
+        ),
+        pytest.param(_pod({}, []), "", id="nothing-yet"),
+    ],
+)
+def test_worker_pod_carries_the_verdict_text(obj: dict[str, object], expected: str) -> None:
+    assert observed.worker_pod(obj).verdict == expected
