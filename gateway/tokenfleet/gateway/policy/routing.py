@@ -204,6 +204,8 @@ def shortlist(group: Group, *, match: Match, k: int, rng: Rng) -> list[Endpoint]
 
 def usable(listed: Sequence[Endpoint], group: Group, ask: Ask) -> tuple[list[Endpoint], bool]:
     """Drop tried and ejected endpoints; (endpoints, whether only ejected ones were left)."""
+    if not ask.tried and not ask.ejected:  # a first attempt with nobody ejected: most requests
+        return list(listed), False
     fresh = [e for e in listed if e.url not in ask.tried]
     ok = [e for e in fresh if e.url not in ask.ejected]
     if ok:
@@ -258,31 +260,39 @@ def _best(
     rng: Rng,
     panic: bool,
 ) -> Choice:
-    occupied = [
-        occupancy(e, loads.get(e.url, IDLE), now=now, stale_after=policy.stale_after)
-        for e in candidates
-    ]
-    press = [requests + kv for requests, kv in occupied]  # what the load score compares
+    # The loops below inline occupancy() and Match.fraction(): this runs for every request of
+    # every gateway (and millions of times in the fleet simulator).
+    stale_after = policy.stale_after
+    requests: list[float] = []
+    press: list[float] = []  # what the load score compares
+    for e in candidates:
+        load = loads.get(e.url, IDLE)
+        fresh = load.scraped_at is not None and now - load.scraped_at <= stale_after
+        r = (load.in_flight + (load.waiting if fresh else 0)) / max(1, e.max_concurrency)
+        requests.append(r)
+        press.append(r + (load.kv_usage if fresh else 0.0))
     top = max(press)
     # Bounded load counts requests only: KV usage moves with prompt lengths, and a spill on
     # that noise would copy a hot prefix to replicas that have no need of it.
-    ceiling = policy.bounded_load * sum(r for r, _ in occupied) / len(occupied)
+    ceiling = policy.bounded_load * sum(requests) / len(requests)
     prefix_w = policy.prefix if policy.kind == "PrefixAware" else 0.0
     zone_w = policy.zone if ask.zone else 0.0
+    load_w = policy.load
+    held, total = ask.match.blocks, ask.match.total
     best: list[int] = []
     best_score = float("-inf")
     spilled = False
     affinity = [0.0] * len(candidates)
     local = [False] * len(candidates)
     for i, e in enumerate(candidates):
-        fraction = ask.match.fraction(e.url) if prefix_w else 0.0
-        if fraction and occupied[i][0] > ceiling + 1 / max(1, e.max_concurrency):
+        fraction = held.get(e.url, 0) / total if prefix_w and total else 0.0
+        if fraction and requests[i] > ceiling + 1 / max(1, e.max_concurrency):
             fraction, spilled = 0.0, True  # bounded load: a hot prefix must not pin one replica
         affinity[i] = fraction
         local[i] = bool(zone_w) and e.zone == ask.zone and press[i] < policy.zone_saturation
         score = (
             prefix_w * fraction
-            + policy.load * (1 - press[i] / top if top > 0 else 1.0)
+            + load_w * (1 - press[i] / top if top > 0 else 1.0)
             + zone_w * local[i]
         )
         if score > best_score + TIE:
