@@ -148,6 +148,8 @@ def test_prefix_affinity_beats_round_robin_on_a_shared_prefix_workload(
                 hit = metric(g, "tokenfleet_gateway_prefix_hit_blocks_total")
                 blocks = metric(g, "tokenfleet_gateway_prefix_blocks_total")
                 assert blocks > 0 and hit / blocks > 0.5  # the gateway's own view agrees
+                # every request was offered to the pool's admission: the autoscaler's load
+                assert metric(g, "tokenfleet_gateway_pool_arrivals_total", pool="default") == 48
     rr, pa = results["RoundRobin"], results["PrefixAware"]
     assert pa["hit_ratio"] > rr["hit_ratio"] + 0.2, results
     assert pa["ttft_p50"] < rr["ttft_p50"], results

@@ -90,3 +90,10 @@ def test_pool_workers_are_scraped_with_their_labels(
     )
     # no gateway in front: the queue-wait histogram has no series, which is not zero
     assert value(prom, queries.queue_wait_p95(ns, "scraped", ["interactive"])) is None
+    # engines' completions are a rate the operator reads; gateway arrivals need a gateway
+    wait_for(
+        "the pool's completion rate",
+        lambda: (value(prom, queries.completion_rate(ns, "scraped")) or 0) > 0,
+        timeout=30,
+    )
+    assert value(prom, queries.arrival_rate(ns, "scraped")) is None

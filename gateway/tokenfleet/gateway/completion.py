@@ -233,6 +233,7 @@ class Completion:
             if cold is not None:
                 return cold
         cap = state.capacity(pool.key)
+        state.metrics.pool_arrivals.labels(pool.key, cls).inc()
         state.metrics.queue_depth.labels(pool.key, cls).set(admitter.queue(pool.key).depth(cls) + 1)
         refused = await admitter.acquire(
             pool=pool.key, policies=pool.classes, capacity=cap, cls=cls, deadline=due

@@ -26,6 +26,7 @@ class Metrics:
     queue_depth: Gauge
     queue_oldest_age: Gauge
     queue_wait: Histogram
+    pool_arrivals: Counter
     in_flight: Gauge
     prompt_tokens: Counter
     completion_tokens: Counter
@@ -80,6 +81,12 @@ class Metrics:
                 "Time spent queued before starting.",
                 ["pool", "class"],
                 buckets=LATENCY_BUCKETS,
+                registry=r,
+            ),
+            pool_arrivals=Counter(
+                names.POOL_ARRIVALS,
+                "Requests offered to a pool's admission (admitted or not): its offered load.",
+                ["pool", "class"],
                 registry=r,
             ),
             in_flight=Gauge(

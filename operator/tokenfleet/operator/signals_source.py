@@ -52,6 +52,8 @@ class PrometheusSignals:
                 queue_wait_p95=None if wait is None or math.isnan(wait) else wait,
                 prompt_tokens_rate=self._value(queries.prompt_rate(namespace, pool)),
                 generation_tokens_rate=self._value(queries.generation_rate(namespace, pool)),
+                arrival_rate=self._value(queries.arrival_rate(namespace, pool)),
+                completion_rate=self._value(queries.completion_rate(namespace, pool)),
             )
         except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
             log.warning("prometheus at %s unreadable for %s/%s: %s", self.url, namespace, pool, exc)

@@ -9,6 +9,7 @@ E2E = "tokenfleet_gateway_request_duration_seconds"  # model, class
 QUEUE_DEPTH = "tokenfleet_gateway_queue_depth"  # pool, class
 QUEUE_OLDEST_AGE = "tokenfleet_gateway_queue_oldest_age_seconds"  # pool, class
 QUEUE_WAIT = "tokenfleet_gateway_queue_wait_seconds"  # pool, class (histogram)
+POOL_ARRIVALS = "tokenfleet_gateway_pool_arrivals_total"  # pool, class: offered load
 IN_FLIGHT = "tokenfleet_gateway_in_flight_requests"  # pool, class
 PROMPT_TOKENS = "tokenfleet_gateway_prompt_tokens_total"  # tenant, model
 COMPLETION_TOKENS = "tokenfleet_gateway_completion_tokens_total"  # tenant, model

@@ -67,6 +67,16 @@ def generation_rate(namespace: str, pool: str, window: str = "1m") -> str:
     return _either_rate(vllm.GENERATION_TOKENS, _selector(namespace, pool), window)
 
 
+def arrival_rate(namespace: str, pool: str, window: str = "1m") -> str:
+    """Requests per second offered to the pool by all gateway replicas (admitted or not)."""
+    return f'sum(rate({gateway.POOL_ARRIVALS}{{pool="{namespace}/{pool}"}}[{window}]))'
+
+
+def completion_rate(namespace: str, pool: str, window: str = "1m") -> str:
+    """Requests per second the pool's engines finished."""
+    return _either_rate(vllm.REQUEST_SUCCESS, _selector(namespace, pool), window)
+
+
 def _either_rate(names: tuple[str, ...], selector: str, window: str) -> str:
     return " or ".join(f"sum(rate({name}{selector}[{window}]))" for name in names)
 

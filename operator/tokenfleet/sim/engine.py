@@ -81,6 +81,7 @@ class Simulation:
             mean_in = sum(r * s.input_tokens.mean for r, s in zip(rates, streams, strict=True))
             mean_out = sum(r * s.output_tokens.mean for r, s in zip(rates, streams, strict=True))
             per = scalers.sustainable_rps(sc.performance, mean_in / total, mean_out / total, itl)
+            per *= scalers.ORACLE_UTILIZATION
             return math.ceil(total / per) if per > 0 else 0
 
         return need

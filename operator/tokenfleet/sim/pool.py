@@ -72,6 +72,8 @@ class Pool:
         self.capacity = 0
         self.waits: list[float] = []  # queue waits of the scaling classes since the last look
         self.prompt_tokens = 0  # since the last look
+        self.arrivals = 0
+        self.served = 0
         self.generated_tokens = 0
         self.load = self._load()
 
@@ -107,6 +109,7 @@ class Pool:
     # ---- requests ------------------------------------------------------------------------
 
     def admit(self, req: Request, now: float) -> None:
+        self.arrivals += 1
         decision = admission.admit(
             policies=self.policies, load=self.load, cls=req.cls, now=now, deadline=req.deadline
         )
@@ -192,6 +195,7 @@ class Pool:
         if replica is not None:
             self._count(replica.url, -1)
         self.completions += 1
+        self.served += 1
         self.prompt_tokens += req.input
         self.generated_tokens += req.output
         req.finished = at
@@ -351,7 +355,10 @@ class Pool:
             busy=sum(min(1.0, r.busy_window / interval) for r in ready),
             prompt_tokens_rate=self.prompt_tokens / interval,
             generation_tokens_rate=self.generated_tokens / interval,
+            arrival_rate=self.arrivals / interval,
+            completion_rate=self.served / interval,
         )
+        self.arrivals = self.served = 0
         self.waits.clear()
         self.prompt_tokens = self.generated_tokens = 0
         for r in self.replicas:

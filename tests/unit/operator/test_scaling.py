@@ -278,6 +278,36 @@ CASES = [
         Why.METRICS_UNAVAILABLE,
         signals=Signals(generation_tokens_rate=1e9),
     ),
+    case(
+        "offered-load-when-saturated",
+        8,
+        Why.OFFERED_LOAD,
+        signals=Signals(arrival_rate=200.0, completion_rate=100.0),
+    ),
+    case(
+        "offered-load-absent-when-keeping-up",
+        4,
+        Why.METRICS_UNAVAILABLE,
+        signals=Signals(arrival_rate=102.0, completion_rate=100.0),
+    ),
+    case(
+        "backlog-capped-by-replicas-still-starting",
+        4,
+        Why.STARTING_ABSORB,
+        ready=2,
+        starting=2,
+        signals=Signals(oldest_queue_age=10.0, waiting=400),
+        max_up_step=20,
+    ),
+    case(
+        "a-rate-still-adds-beyond-the-starting-ones",
+        10,
+        Why.PANIC,
+        ready=2,
+        starting=2,
+        signals=Signals(oldest_queue_age=10.0, arrival_rate=500.0, completion_rate=100.0),
+        max_up_step=20,
+    ),
 ]
 
 
