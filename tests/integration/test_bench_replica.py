@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from support.gateway import start_sim
@@ -100,3 +101,65 @@ def test_the_knee_moves_with_max_num_seqs_and_the_profile_plans_a_fleet(tmp_path
         check=True,
     )
     assert "<- binds" in done.stdout and "kind: InferencePool" in done.stdout
+
+
+def run_bench(tmp: Path, url: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    out = tmp / "profile.json"
+    done = subprocess.run(
+        [
+            TOKENFLEET,
+            "bench",
+            "replica",
+            "--url",
+            url,
+            "--model",
+            "m",
+            "--seconds",
+            "3",
+            "--out",
+            str(out),
+            "--plot",
+            str(tmp / "p.png"),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return done, out
+
+
+def test_a_concurrency_sweep_replays_a_workload_spec_and_a_trace(tmp_path: Path) -> None:
+    sim = start_sim(tmp_path, "m", "--max-num-seqs", "2", "--inter-token-latency", "5ms")
+    try:
+        spec = tmp_path / "w.yaml"
+        spec.write_text(
+            "inputTokens: {mean: 60, p99: 200}\noutputTokens: {mean: 12}\n"
+            "sharedPrefix: {share: 0.5, groups: 2, tokens: 30}\n"
+        )
+        done, out = run_bench(tmp_path, sim.url, "--workload", str(spec), "--concurrency", "1,4")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "[2/2] 4 streams [" in done.stdout  # the progress bar
+        one, four = planning.Profile.model_validate(json.loads(out.read_text())).points
+        # closed loop: the offered load is what was carried; 4 streams queue on 2 sequences
+        assert four.throughput_rps > one.throughput_rps * 1.5
+        assert four.ttft_p99_seconds > one.ttft_p99_seconds
+        assert one.prefill_tokens_per_second / one.throughput_rps == pytest.approx(60, rel=0.35)
+
+        trace = tmp_path / "t.jsonl"
+        trace.write_text(
+            '{"input_tokens": 10, "output_tokens": 3}\n{"prompt": "hi", "output_tokens": 5}\n'
+        )
+        done, out = run_bench(tmp_path, sim.url, "--trace", str(trace), "--rates", "4")
+        assert done.returncode == 0, done.stdout + done.stderr
+        [point] = planning.Profile.model_validate(json.loads(out.read_text())).points
+        tokens_per_request = point.decode_tokens_per_second / point.throughput_rps
+        assert tokens_per_request == pytest.approx(4, rel=0.25)  # 3 and 5, alternately
+
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text('{"input_tokens": 1}\n')
+        done, _ = run_bench(tmp_path, sim.url, "--trace", str(bad))
+        assert done.returncode == 2 and "needs output_tokens" in done.stderr
+    finally:
+        sim.kill()

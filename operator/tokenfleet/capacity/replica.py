@@ -1,9 +1,11 @@
-"""``tokenfleet bench replica``: measure one OpenAI-compatible endpoint across a rate sweep.
+"""``tokenfleet bench replica``: measure one OpenAI-compatible endpoint across a load sweep.
 
-Poisson arrivals (seeded) at each offered rate, streamed completions with a fixed prompt and
-output length, and per level: throughput, TTFT p99, inter-token p99, prefill and decode
-tokens/s. Writes a capacity profile (the JSON `tokenfleet plan` reads) and a PNG of latency and
-throughput against load with the knee — the best level that meets the SLO — marked.
+Each level is an offered rate (seeded Poisson or constant arrivals) or a concurrency (closed
+loop). Requests come from a workload: fixed sizes (``--input-words``/``--output-tokens``), a
+YAML spec of token distributions and shared prefixes (``--workload``, the simulator's format),
+or a recorded JSONL trace (``--trace``). Per level: throughput, TTFT p99, inter-token p99,
+prefill and decode tokens/s (counted by the server's usage). Writes a capacity profile (the JSON
+`tokenfleet plan` reads) and a PNG of latency and throughput against load, knee marked.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from tokenfleet.capacity import planning
+from tokenfleet.capacity import planning, workload
 
 
 def _p99(values: list[float]) -> float:
@@ -65,44 +67,71 @@ async def _one(
     record["completion"].append(float(completion))
 
 
+async def _tick(progress: workload.Progress, start: float, seconds: float) -> None:
+    while True:
+        progress(min(seconds, time.monotonic() - start))
+        await asyncio.sleep(0.5)
+
+
 async def measure(
     *,
     url: str,
     model: str,
-    rate: float,
+    source: workload.Source,
     seconds: float,
-    input_words: int,
-    output_tokens: int,
+    rate: float | None = None,
+    concurrency: int | None = None,
+    arrivals: str = "poisson",
     seed: int,
+    progress: workload.Progress | None = None,
 ) -> planning.ProfilePoint:
-    """One load level: Poisson arrivals at ``rate`` for ``seconds``, then drain."""
-    body = orjson.dumps(
-        {
-            "model": model,
-            "prompt": " ".join(f"w{i}" for i in range(input_words)),
-            "max_tokens": output_tokens,
-            "stream": True,
-            "ignore_eos": True,
-            "stream_options": {"include_usage": True},
-        }
-    )
+    """One load level — ``rate`` requests/s (open loop) or ``concurrency`` streams (closed
+    loop) — for ``seconds``, then drain."""
     record: dict[str, list[float]] = {
         k: [] for k in ("ttft", "itl", "done", "prompt", "completion", "errors")
     }
     rng = random.Random(seed)
-    tasks = []
+    requests = source.requests(random.Random(seed + 1))
+
+    def body() -> bytes:
+        prompt, max_tokens = next(requests)
+        return orjson.dumps(
+            {
+                "model": model,
+                "prompt": prompt,
+                "max_tokens": max_tokens,
+                "stream": True,
+                "ignore_eos": True,
+                "stream_options": {"include_usage": True},
+            }
+        )
+
+    endpoint = url + "/v1/completions"
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         start = time.monotonic()
-        next_at = start
-        while next_at - start < seconds:
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-            tasks.append(asyncio.create_task(_one(session, url + "/v1/completions", body, record)))
-            next_at += rng.expovariate(rate)
-        await asyncio.gather(*tasks)
+        ticker = asyncio.create_task(_tick(progress, start, seconds)) if progress else None
+        if concurrency:
+
+            async def stream() -> None:
+                while time.monotonic() - start < seconds:
+                    await _one(session, endpoint, body(), record)
+
+            await asyncio.gather(*(stream() for _ in range(concurrency)))
+        else:
+            assert rate
+            tasks = []
+            next_at = start
+            while next_at - start < seconds:
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                tasks.append(asyncio.create_task(_one(session, endpoint, body(), record)))
+                next_at += rng.expovariate(rate) if arrivals == "poisson" else 1 / rate
+            await asyncio.gather(*tasks)
+        if ticker is not None:
+            ticker.cancel()
     elapsed = max(record["done"], default=start + seconds) - start
     done = len(record["done"])
     return planning.ProfilePoint(
-        offered_rps=rate,
+        offered_rps=rate if rate else done / elapsed if elapsed > 0 else 0.0,
         throughput_rps=done / elapsed if elapsed > 0 else 0.0,
         ttft_p99_seconds=_p99(record["ttft"]),
         inter_token_p99_seconds=_p99(record["itl"]),
@@ -153,12 +182,30 @@ def plot(profile: planning.Profile, slo: planning.Slo, path: Path) -> None:
     plt.close(fig)
 
 
+def _source(args: argparse.Namespace) -> workload.Source:
+    count = workload.tokenizer_counter(args.tokenizer) if args.tokenizer else workload.words
+    if args.trace:
+        return workload.load_trace(args.trace, count)
+    if args.workload:
+        return workload.load_spec(args.workload, count)
+    return workload.Fixed(args.input_words, args.output_tokens, count)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tokenfleet bench replica", description=__doc__)
     parser.add_argument("--url", required=True, help="base URL, e.g. http://10.0.0.5:8000")
     parser.add_argument("--model", required=True)
-    parser.add_argument("--rates", default="1,2,4,8,16", help="offered requests/s, comma-separated")
+    levels = parser.add_mutually_exclusive_group()
+    levels.add_argument("--rates", help="offered requests/s, comma-separated (default 1,2,4,8,16)")
+    levels.add_argument("--concurrency", help="closed-loop streams, comma-separated")
+    parser.add_argument("--arrivals", choices=("poisson", "constant"), default="poisson")
     parser.add_argument("--seconds", type=float, default=20.0, help="per load level")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--workload", type=Path, help="YAML: inputTokens, outputTokens, sharedPrefix"
+    )
+    source.add_argument("--trace", type=Path, help="JSONL: input_tokens/prompt, output_tokens")
+    parser.add_argument("--tokenizer", type=Path, help="tokenizer.json to size prompts in tokens")
     parser.add_argument("--input-words", type=int, default=200)
     parser.add_argument("--output-tokens", type=int, default=100)
     parser.add_argument("--slo-ttft", type=float, default=1.0, help="p99 TTFT, seconds")
@@ -173,24 +220,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, default=Path("replica-profile.png"))
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    rates = [float(r) for r in args.rates.split(",")]
+    try:
+        requests = _source(args)
+    except workload.WorkloadError as exc:
+        print(f"tokenfleet bench replica: {exc}", file=sys.stderr)
+        return 2
+    closed = args.concurrency is not None
+    try:
+        loads = [float(x) for x in (args.concurrency or args.rates or "1,2,4,8,16").split(",")]
+    except ValueError:
+        print("tokenfleet bench replica: levels must be numbers, e.g. 1,2,4", file=sys.stderr)
+        return 2
     points: list[planning.ProfilePoint] = []
-    for i, rate in enumerate(rates, 1):
-        print(f"[{i}/{len(rates)}] {rate:g} req/s for {args.seconds:g} s ...", end="", flush=True)
+    for i, level in enumerate(loads, 1):
+        label = f"[{i}/{len(loads)}] " + (f"{int(level)} streams" if closed else f"{level:g} req/s")
         point = asyncio.run(
             measure(
                 url=args.url.rstrip("/"),
                 model=args.model,
-                rate=rate,
+                source=requests,
                 seconds=args.seconds,
-                input_words=args.input_words,
-                output_tokens=args.output_tokens,
+                rate=None if closed else level,
+                concurrency=int(level) if closed else None,
+                arrivals=args.arrivals,
                 seed=args.seed + i,
+                progress=workload.progress_bar(label, args.seconds),
             )
         )
         points.append(point)
         print(
-            f" {point.throughput_rps:.2f} req/s, TTFT p99 {point.ttft_p99_seconds:.3f} s, "
+            f"  {point.throughput_rps:.2f} req/s, TTFT p99 {point.ttft_p99_seconds:.3f} s, "
             f"inter-token p99 {point.inter_token_p99_seconds * 1000:.1f} ms",
             flush=True,
         )
