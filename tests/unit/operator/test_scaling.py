@@ -282,7 +282,13 @@ CASES = [
         "offered-load-when-saturated",
         8,
         Why.OFFERED_LOAD,
-        signals=Signals(arrival_rate=200.0, completion_rate=100.0),
+        signals=Signals(arrival_rate=200.0, completion_rate=100.0, oldest_queue_age=0.1),
+    ),
+    case(
+        "completions-lagging-a-rise-without-a-backlog-are-not-saturation",
+        3,
+        Why.STEP_LIMITED,
+        signals=Signals(arrival_rate=200.0, completion_rate=100.0, oldest_queue_age=0.0),
     ),
     case(
         "offered-load-absent-when-keeping-up",

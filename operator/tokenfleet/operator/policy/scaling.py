@@ -204,7 +204,11 @@ def recommend(policy: Policy, signals: Signals, ready: int) -> dict[Why, int]:
         if rate is not None and target > 0:
             out[why] = math.ceil(rate / target - 1e-9)
     arrivals, completions = signals.arrival_rate, signals.completion_rate
-    if arrivals is not None and completions and arrivals > SATURATED * completions and ready:
+    # completions trail arrivals by a service time whenever traffic rises: only a backlog
+    # (requests queued at the gateways, or more waiting in engines than there are engines)
+    # shows that the pool, not the lag, is the limit
+    backlog = (signals.oldest_queue_age or 0) > 0 or (signals.waiting or 0) >= max(1, ready)
+    if backlog and arrivals is not None and completions and arrivals > SATURATED * completions:
         # saturated: each ready replica completes completions/ready per second, so the offered
         # load needs this many — a rate, not a backlog, so it does not grow during a cold start
         out[Why.OFFERED_LOAD] = math.ceil(ready * arrivals / completions - 1e-9)
