@@ -4,15 +4,23 @@ decision → more replicas; back down only after the window; Prometheus frozen �
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import openai
+from prometheus_api_client import PrometheusConnect
 
 from support.cluster import Cluster, wait_for
+from support.gateway import running, start_gateway
 from support.objects import manifest
+from support.operator import service_account_kubeconfig
 from tokenfleet.api import labels
 
 
@@ -20,7 +28,13 @@ def pool_status(cluster: Cluster, ns: str) -> dict[str, Any]:
     return dict(cluster.get("tfpool", "auto", "-n", ns).get("status", {}))
 
 
-def deploy(cluster: Cluster, ns: str, cold_start: float = 0, down_window: int = 6) -> None:
+def deploy(
+    cluster: Cluster,
+    ns: str,
+    cold_start: float = 0,
+    down_window: int = 6,
+    admission: dict[str, Any] | None = None,
+) -> None:
     cluster.apply(
         manifest(
             "InferencePool",
@@ -37,6 +51,7 @@ def deploy(cluster: Cluster, ns: str, cold_start: float = 0, down_window: int = 
                     "maxScaleUpStep": 6,
                     "readinessDelaySeconds": 30,
                 },
+                **({"admission": admission} if admission else {}),
             },
         ),
         {
@@ -124,9 +139,10 @@ def test_waiting_requests_scale_up_then_down_after_the_window(
         print(f"scale-up {reacted:.1f} s after the load began")
         # Two scrape-plus-decision intervals are 4 s here (1 s each); allow for a loaded CI host.
         assert reacted < 6
-        assert grown["autoscaling"]["reason"] in ("WaitingRequests", "StepLimited")
-        assert grown["autoscaling"]["recommendations"]["WaitingRequests"] > 3
-        assert grown["lastScaling"]["reason"] in ("WaitingRequests", "StepLimited")
+        # the decision that raised the pool (later ones may already hold it: replicas start)
+        raised = next(d for d in grown["autoscaling"]["decisions"] if d["replicas"] > 3)
+        assert raised["reason"] in ("WaitingRequests", "StepLimited"), raised
+        assert "WaitingRequests" in raised["message"]
         assert running.result(timeout=120) >= 12  # the load really ran
     peak_decisions = pool_status(cluster, ns)["autoscaling"]["decisions"]
     wait_for("back to 3", lambda: pool_status(cluster, ns).get("replicas") == 3, timeout=90)
@@ -206,3 +222,82 @@ def test_a_scale_up_does_not_overshoot_while_its_replicas_are_starting(
     assert any(ready == peak for _, ready in seen), seen  # and the starting ones did arrive
     starting = [(r, ready) for r, ready in seen if ready < r]
     assert starting and all(r == starting[0][0] for r, _ in starting), seen
+
+
+def test_queue_age_at_the_gateway_scales_up_within_two_intervals(
+    cluster: Cluster, ns: str, operator: Any, tmp_path: Path
+) -> None:
+    """The whole loop: clients → gateway queue (1-sequence engines fill at once) → queue-age
+    gauge → Prometheus (1 s scrape) → operator (1 s decisions) → more replicas. The class may
+    wait 30 s, so admission queues the burst instead of refusing it as unmeetable."""
+    deploy(
+        cluster,
+        ns,
+        admission={"classes": [{"name": "interactive", "priority": 200, "maxQueueAgeMs": 30000}]},
+    )
+    cluster.apply(
+        manifest(
+            "Tenant",
+            "load",
+            ns,
+            {"apiKeySecretRef": {"name": "load-keys"}, "allowedModels": ["auto-model"]},
+        )
+    )
+    key = subprocess.run(
+        [str(Path(sys.executable).parent / "tokenfleet"), "tenant", "create-key", "load", "-n", ns],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        check=True,
+    ).stdout.strip()
+    wait_for("3 ready", lambda: pool_status(cluster, ns).get("readyReplicas") == 3, timeout=60)
+    kubeconfig = service_account_kubeconfig(
+        cluster, tmp_path / "gw-kubeconfig", component="gateway", account="tokenfleet-gateway"
+    )
+    with running(
+        start_gateway(tmp_path, None, env={"KUBECONFIG": str(kubeconfig)}, ready=False)
+    ) as g:
+        # Prometheus picks up any targets-*.json in its folder: scrape this gateway too
+        (cluster.state_dir / "prometheus" / f"targets-gateway-{g.port}.json").write_text(
+            json.dumps([{"targets": [f"127.0.0.1:{g.port}"], "labels": {"role": "gateway"}}])
+        )
+        client = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{g.port}/v1", api_key=key, max_retries=0, timeout=60
+        )
+
+        def one(_: int) -> bool:
+            with contextlib.suppress(openai.APIError):
+                client.completions.create(
+                    model="auto-model",
+                    prompt="go",
+                    max_tokens=40,
+                    extra_body={"ignore_eos": True},
+                )
+                return True
+            return False
+
+        wait_for("the gateway to see the pool", lambda: one(0), timeout=30)
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            started = time.monotonic()
+            sent = pool.map(one, range(12))
+            try:
+                grown = wait_for(
+                    "a scale-up",
+                    lambda: (s := pool_status(cluster, ns)).get("replicas", 0) > 3 and s,
+                    timeout=20,
+                    every=0.1,
+                )
+            except AssertionError:
+                prom = PrometheusConnect(url=cluster.info["prometheus"], disable_ssl=True)
+                seen = prom.custom_query('{__name__=~"tokenfleet_gateway_queue.*|up"}')
+                raise AssertionError(
+                    f"no scale-up: {pool_status(cluster, ns).get('autoscaling')}; "
+                    f"Prometheus has {[(x['metric'], x['value']) for x in seen]}"
+                ) from None
+            reacted = time.monotonic() - started
+            assert sum(sent) >= 9
+    print(f"scale-up {reacted:.1f} s after the queue began")
+    assert grown["autoscaling"]["recommendations"]["QueueAge"] > 3
+    # Queue age must first exceed its 500 ms target; then two scrape-plus-decision intervals
+    # (1 s each); allow for a loaded CI host.
+    assert reacted < 0.5 + 6

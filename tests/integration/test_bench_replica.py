@@ -102,6 +102,29 @@ def test_the_knee_moves_with_max_num_seqs_and_the_profile_plans_a_fleet(tmp_path
     )
     assert "<- binds" in done.stdout and "kind: InferencePool" in done.stdout
 
+    # ...and calibrates the fleet simulator's replicas (measure, then rehearse)
+    scenario = Path(__file__).parents[2] / "examples/04-simulations/long-context-tenant.yaml"
+    done = subprocess.run(
+        [
+            TOKENFLEET,
+            "simulate",
+            str(scenario),
+            "--profile",
+            str(tmp_path / "profile-4.json"),
+            "--duration",
+            "5",
+            "--quiet",
+            "--out",
+            str(tmp_path / "sim"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "sim" / "timeline.png").exists()
+
 
 def run_bench(tmp: Path, url: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     out = tmp / "profile.json"

@@ -6,8 +6,10 @@ The completion recipe lives in :mod:`tokenfleet.gateway.completion`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import time
 from typing import Any
 
 import aiohttp
@@ -157,10 +159,35 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.cleanup_ctx.append(_client_session)
+    app.cleanup_ctx.append(_queue_gauges)
     app.cleanup_ctx.append(
         router.scraping(lambda a: a[STATE].router, lambda a: a[STATE].catalog.endpoints.endpoints)
     )
     return app
+
+
+QUEUE_GAUGE_SECONDS = 0.5
+
+
+async def _queue_gauges(app: web.Application) -> Any:
+    """Keep queue depth and oldest age current while requests wait: a request only updates
+    them when it enters or leaves, and the autoscaler must see a queue that is aging."""
+
+    async def refresh() -> None:
+        state = app[STATE]
+        while True:
+            now = time.monotonic()
+            for key, q in state.admitter.pools.items():
+                for cls in list(q.waiting):
+                    state.metrics.queue_depth.labels(key, cls).set(q.depth(cls))
+                    state.metrics.queue_oldest_age.labels(key, cls).set(q.oldest_age(cls, now))
+            await asyncio.sleep(QUEUE_GAUGE_SECONDS)
+
+    task = asyncio.create_task(refresh())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _client_session(app: web.Application) -> Any:

@@ -168,3 +168,9 @@ def test_service_rate_converges_and_ignores_zero_intervals() -> None:
         rate = admission.ewma_rate(rate, 10, 1.0)
     assert 9.5 < rate <= 10.0
     assert admission.ewma_rate(rate, 5, 0.0) == rate
+
+
+def test_the_first_rate_measurement_is_taken_whole() -> None:
+    # decaying from zero, 3 completions in 1 s would read as 0.2/s and shed a first burst
+    assert admission.ewma_rate(0.0, 3, 1.0) == 3.0
+    assert admission.ewma_rate(3.0, 0, 1.0) < 3.0

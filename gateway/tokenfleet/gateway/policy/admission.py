@@ -195,5 +195,9 @@ def ewma_rate(
     """Completions per second, exponentially weighted with a ``half_life`` in seconds."""
     if seconds <= 0:
         return previous
+    if previous <= 0:
+        # the first measurement starts the average: decaying from zero would make a fresh
+        # gateway believe its pool is slow and refuse a first burst as unmeetable
+        return completions / seconds
     weight = float(0.5 ** (seconds / half_life))
     return float(previous * weight + (completions / seconds) * (1 - weight))
