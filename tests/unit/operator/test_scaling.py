@@ -279,10 +279,11 @@ CASES = [
         signals=Signals(generation_tokens_rate=1e9),
     ),
     case(
-        "offered-load-when-saturated",
-        8,
+        "offered-load-when-saturated-at-the-target-fullness",
+        10,  # 4 ready flat out carry half the offered load: 8 at 100%, 10 at the 0.8 target
         Why.OFFERED_LOAD,
         signals=Signals(arrival_rate=200.0, completion_rate=100.0, oldest_queue_age=0.1),
+        max_up_step=20,
     ),
     case(
         "completions-lagging-a-rise-without-a-backlog-are-not-saturation",
@@ -307,7 +308,7 @@ CASES = [
     ),
     case(
         "a-rate-still-adds-beyond-the-starting-ones",
-        10,
+        13,
         Why.PANIC,
         ready=2,
         starting=2,

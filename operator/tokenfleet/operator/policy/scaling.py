@@ -209,9 +209,13 @@ def recommend(policy: Policy, signals: Signals, ready: int) -> dict[Why, int]:
     # shows that the pool, not the lag, is the limit
     backlog = (signals.oldest_queue_age or 0) > 0 or (signals.waiting or 0) >= max(1, ready)
     if backlog and arrivals is not None and completions and arrivals > SATURATED * completions:
-        # saturated: each ready replica completes completions/ready per second, so the offered
-        # load needs this many — a rate, not a backlog, so it does not grow during a cold start
-        out[Why.OFFERED_LOAD] = math.ceil(ready * arrivals / completions - 1e-9)
+        # saturated: each ready replica completes completions/ready per second flat out, so the
+        # offered load needs ready x arrivals/completions of them at 100%, and that divided by
+        # the target fullness (the KV target) to run where the other signals settle — a rate,
+        # not a backlog, so it does not grow during a cold start, and one cold start suffices
+        out[Why.OFFERED_LOAD] = math.ceil(
+            ready * arrivals / completions / policy.target_kv_cache_usage - 1e-9
+        )
     if signals.kv_cache_usage is not None:
         out[Why.KV_CACHE] = math.ceil(
             base * signals.kv_cache_usage / policy.target_kv_cache_usage - 1e-9
