@@ -18,12 +18,12 @@ def summary(results: Sequence[Result]) -> list[str]:
     """One row per scaler: SLO attainment and shedding per class, GPU-hours, cost."""
     oracle = next((r for r in results if r.scaler == "oracle"), None)
     classes = sorted({c for r in results for c in r.classes})
-    head = f"{'scaler':12}" + "".join(f" {c[:11] + ' SLO':>16}" for c in classes)
+    head = f"{'scaler':20}" + "".join(f" {c[:11] + ' SLO':>16}" for c in classes)
     head += f" {'shed+timeout':>22} {'GPU-h':>8} {'x oracle':>8} {'$':>8}"
     head += f" {'$/M in':>7} {'$/M out':>7}"
     lines = [head]
     for r in results:
-        row = f"{r.scaler:12}" + "".join(
+        row = f"{r.scaler:20}" + "".join(
             f" {_pct(r.classes[c]['within_slo']) if c in r.classes else '-':>16}" for c in classes
         )
         lost = ", ".join(
