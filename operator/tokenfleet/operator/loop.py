@@ -285,7 +285,8 @@ class Reconciler:
         if samples[0] is None or samples[1] is None:
             return None
         judgment = analysis.judge(samples[0], samples[1], canary.thresholds_of(spec.rollout))
-        log.info("ModelDeployment %s: canary %s: %s", key, state.canary, judgment.message)
+        # every interval: debug only; status.rollout.lastAnalysis and Events carry the news
+        log.debug("ModelDeployment %s: canary %s: %s", key, state.canary, judgment.message)
         return judgment
 
     async def _invalid(
