@@ -344,6 +344,10 @@ class Traffic:
             except OSError:
                 time.sleep(0.2)
 
+    def codes(self) -> Counter[int]:
+        """HTTP statuses the gateway answered so far (for a failure's message)."""
+        return Counter(code for _, _, code in list(self.served))
+
     def since(self, moment: float) -> Counter[str]:
         return Counter(rev for at, rev, code in list(self.served) if at >= moment and code == 200)
 
@@ -397,9 +401,10 @@ def test_a_refused_canary_is_blocked_and_stable_keeps_all_traffic(
 
     started = time.time()
     with Traffic(gateway, key, served(ns)) as traffic:
-        wait_for(
-            "20 requests served", lambda: sum(traffic.since(started).values()) >= 20, timeout=60
-        )
+        try:
+            wait_for("20 requests served", lambda: sum(traffic.since(started).values()) >= 20, 60)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the gateway answered {traffic.codes()}") from exc
     assert set(traffic.since(started)) == {stable}, traffic.since(started)
 
 
