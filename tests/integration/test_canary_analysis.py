@@ -101,7 +101,7 @@ def test_slow_canary_fails_on_ttft_from_real_metrics(cluster: Cluster, ns: str) 
     assert stable.ttft_p99 is not None and slow.ttft_p99 is not None
     assert slow.ttft_p99 > 0.25 > stable.ttft_p99, (slow, stable)
     assert stable.inter_token_p99 is not None
-    assert stable.error_rate is None  # the gateway does not label outcomes by revision yet
+    assert stable.error_rate is None  # requests went straight to the engines, not the gateway
 
     # Ratios of 3: a shared 2-core machine jitters fast engines' p99 by more than 1.5x, while
     # the slow canary's TTFT is about 15x stable's.
@@ -109,7 +109,7 @@ def test_slow_canary_fails_on_ttft_from_real_metrics(cluster: Cluster, ns: str) 
     failed = analysis.judge(slow, stable, limits)
     assert failed.outcome is Outcome.ANALYSIS_FAILED, failed.message
     assert "TTFT" in failed.message
-    # Nothing breached, but without an error-rate series a canary cannot pass on its own.
+    # Nothing breached, but without an error-rate series (no gateway here) a canary cannot pass.
     unproven = analysis.judge(good, stable, limits)
     assert unproven.outcome is Outcome.INSUFFICIENT_SAMPLES, (unproven.message, good, stable)
     assert "error rate" in unproven.message

@@ -38,7 +38,7 @@ def service_account_kubeconfig(
 
 @contextmanager
 def running_operator(
-    kubeconfig: Path, log: Path, prometheus: str = ""
+    kubeconfig: Path, log: Path, prometheus: str = "", env: dict[str, str] | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("ab") as out:
         process = subprocess.Popen(
@@ -48,6 +48,7 @@ def running_operator(
                 "KUBECONFIG": str(kubeconfig),
                 "TOKENFLEET_RECONCILE_SECONDS": "1",
                 "TOKENFLEET_PROMETHEUS_URL": prometheus,
+                **(env or {}),
             },
             stdout=out,
             stderr=subprocess.STDOUT,

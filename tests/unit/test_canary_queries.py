@@ -38,5 +38,8 @@ def test_request_count_per_revision() -> None:
 def test_error_rate_reads_failed_gateway_requests_of_the_revision() -> None:
     query = queries.revision_error_rate(*ARGS)
     failed, total = query.split(" / ")
-    assert f'{gateway.REQUESTS}{{{SELECTOR},outcome="failed"}}[60s]' in failed
+    # failures after the first byte and requests whose every attempt on the revision failed
+    assert f'{gateway.REQUESTS}{{{SELECTOR},outcome=~"failed|rejected"}}[60s]' in failed
+    # no failure at all is a rate of 0, not a missing series that would keep a canary unproven
+    assert failed.endswith(" or vector(0))")
     assert f"{gateway.REQUESTS}{{{SELECTOR}}}[60s]" in total

@@ -38,12 +38,7 @@ async def _completion(request: web.Request, kind: requests.Kind) -> web.StreamRe
     except (asyncio.CancelledError, ConnectionResetError):
         # The client went away (or we are shutting down): upstream is already closed.
         completion.log.update(outcome="cancelled", reason="client_disconnected")
-        completion.state.metrics.requests.labels(
-            str(completion.log.get("model", "")),
-            str(completion.log.get("class", "")),
-            "cancelled",
-            "client_disconnected",
-        ).inc()
+        completion.count("cancelled", "client_disconnected")
         completion.write_log()
         raise
 

@@ -347,7 +347,7 @@ class Completion:
             if outcome.error
             else ("" if outcome.status < 400 else f"upstream_{outcome.status}")
         )
-        m.requests.labels(model.name, cls, outcome_name, reason).inc()
+        self.count(outcome_name, reason, model=model.name, cls=cls)
         self.log.update(
             status=outcome.status,
             outcome=outcome_name,
@@ -365,13 +365,23 @@ class Completion:
         )
 
     def refuse(self, rejected: Rejected) -> web.Response:
-        model = str(self.log.get("model", ""))
-        self.state.metrics.requests.labels(
-            model, str(self.log.get("class", "")), "rejected", rejected.reason.value
-        ).inc()
+        self.count("rejected", rejected.reason.value)
         self.log.update(status=rejected.status, outcome="rejected", reason=rejected.reason.value)
         self.write_log()
         return reject(rejected, self.headers)
+
+    def count(self, outcome: str, reason: str, *, model: str = "", cls: str = "") -> None:
+        """One request in ``tokenfleet_gateway_requests_total``, with the namespace (of the
+        pool) and the revision that served it, so a canary's error rate can be read apart."""
+        pool = str(self.log.get("pool", ""))
+        self.state.metrics.requests.labels(
+            model=model or str(self.log.get("model", "")),
+            **{"class": cls or str(self.log.get("class", ""))},
+            outcome=outcome,
+            reason=reason,
+            namespace=pool.split("/", 1)[0] if "/" in pool else "",
+            revision=self.headers.get(attempts.REVISION_HEADER, ""),
+        ).inc()
 
     def write_log(self) -> None:
         if self.state.settings.access_log:

@@ -41,8 +41,9 @@ class Metrics:
             registry=r,
             requests=Counter(
                 names.REQUESTS,
-                "Requests by outcome and reason.",
-                ["model", "class", "outcome", "reason"],
+                "Requests by outcome and reason; namespace and revision say which revision "
+                "served (empty when none did), so canary analysis can compare error rates.",
+                ["model", "class", "outcome", "reason", "namespace", "revision"],
                 registry=r,
             ),
             ttft=Histogram(

@@ -247,8 +247,12 @@ class NodeAgent:
         """True when the pod may start: no verification asked, or its artifact verified.
 
         Starts the verification (in a thread: hashing weights takes a while) on first sight.
+        A pod deleted while this pass awaited (a namespace going away) does not start.
         """
-        check = simulated.artifact_check(self._pods[uid])
+        pod = self._pods.get(uid)
+        if pod is None:
+            return False
+        check = simulated.artifact_check(pod)
         if check is None:
             return True
         verdict = self._verdicts.get(uid)

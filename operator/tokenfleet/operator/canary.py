@@ -1,15 +1,19 @@
 """The bridge between ModelDeployment and the rollout machine (pure): spec → steps and
-thresholds, status → machine state, decision → status fields.
+thresholds, status → machine state, what a pass saw → observations, decision → status fields.
 
-The loop (wired later) reads ``state_of(status)``, turns what it saw into observations, calls
-``rollout.decide`` and writes ``status_fields(decision)`` back; the state round-trips through
-status exactly, which is what lets an operator restart resume at the same step.
+The loop reads ``state_of(status)``, gathers a :class:`Seen` (the spec's revision, its pods'
+verification, a canary analysis when one was due), calls :func:`advance` and writes
+``status_fields(decision)`` back; the state round-trips through status exactly, which is what
+lets an operator restart resume at the same step. :func:`pool_revisions` tells the pool's
+planner which revisions' workers to run meanwhile.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import datetime
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,3 +105,109 @@ def verification(pods: Sequence[observed.WorkerPod], revision: str) -> rollout.O
     if any(p.ready for p in own) or any(v.verified for v in verdicts):
         return rollout.Observation(outcome=rollout.Outcome.VERIFIED)
     return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Seen:
+    """What one reconcile pass saw, as values."""
+
+    revision: str  # the spec's revision (artifact + engine hash)
+    verification: rollout.Observation | None = None  # from that revision's pods
+    judgment: analysis.Judgment | None = None  # a canary analysis, when one was due
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Advance:
+    """The pass's last decision, the notable ones on the way (one Event each), and the message
+    worth keeping in status (the last decision that said something new)."""
+
+    decision: rollout.Decision
+    notable: tuple[rollout.Decision, ...]
+    message: str
+
+
+def observations(spec: Rollout, seen: Seen) -> list[rollout.Observation]:
+    """The pass's observations in the order they apply: the spec's revision first (a new one
+    starts over), then verification, the manual controls (levels in the spec), and last the
+    analysis or, without one, a timer tick so a passed step's hold can end."""
+    out = [rollout.Observation(outcome=rollout.Outcome.NEW_REVISION, revision=seen.revision)]
+    if seen.verification is not None:
+        out.append(seen.verification)
+    if spec.abort:
+        out.append(rollout.Observation(outcome=rollout.Outcome.ABORT))
+    if spec.promote:
+        out.append(rollout.Observation(outcome=rollout.Outcome.PROMOTE))
+    paused = rollout.Outcome.PAUSE if spec.paused else rollout.Outcome.RESUME
+    out.append(rollout.Observation(outcome=paused))
+    if seen.judgment is not None:
+        out.append(rollout.Observation(outcome=seen.judgment.outcome, detail=seen.judgment.message))
+    out.append(rollout.Observation(outcome=rollout.Outcome.HOLD_ELAPSED))
+    return out
+
+
+def advance(state: rollout.State, *, spec: Rollout, seen: Seen, now: float) -> Advance:
+    """Apply one pass's observations to the machine, in order. The message kept is the last
+    notable decision's, else the last one that was not "unchanged" ("" keeps the old one)."""
+    steps = steps_of(spec)
+    unchanged = rollout.Observation(outcome=rollout.Outcome.UNCHANGED)
+    decision = rollout.decide(state, unchanged, steps=steps, now=now)
+    notable: list[rollout.Decision] = []
+    message = ""
+    for observation in observations(spec, seen):
+        decision = rollout.decide(decision.state, observation, steps=steps, now=now)
+        if decision.notable:
+            notable.append(decision)
+        elif decision.why is not rollout.Why.UNCHANGED and not notable:
+            message = decision.message
+    if notable:
+        message = notable[-1].message
+    return Advance(decision=decision, notable=tuple(notable), message=message)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PoolRevisions:
+    """Which revisions' workers a pool runs while a rollout is under way.
+
+    ``kept`` (the stable revision) runs as it is: its spec is no longer in the manifest, so
+    its Deployments are neither re-rendered nor deleted. Beside it run :meth:`canary_replicas`
+    workers of the spec's revision. Without a kept revision the spec's revision is placed
+    normally, and other revisions' workers go once it is fully ready (promotion).
+    """
+
+    kept: str = ""
+    weight: int = 0  # the canary's traffic percent, which sizes it
+    floor: int = 0  # fewest canary workers: 1 while a canary runs (to verify and measure it)
+
+    def canary_replicas(self, total: int) -> int:
+        """Canary workers for a pool of ``total``: its share of traffic, at least the floor."""
+        return max(self.floor, math.ceil(total * self.weight / 100)) if self.floor else 0
+
+
+def pool_revisions(
+    status: ModelDeploymentStatus | None, *, revision: str, spec: Rollout
+) -> PoolRevisions:
+    """What to run for a spec at ``revision``, given the rollout state in status: the canary
+    sized by its step's weight (verifying: the first step's, so it is ready when traffic
+    comes); none once rolled back or while a new spec waits for its first decision; one to
+    re-verify while blocked (a transient ArtifactUnreachable may clear)."""
+    state = state_of(status)
+    if not state.stable or (state.stable == revision and state.phase not in rollout.ACTIVE):
+        return PoolRevisions()
+    if state.canary != revision or state.phase is rollout.Phase.ROLLED_BACK:
+        return PoolRevisions(kept=state.stable)
+    if state.phase is rollout.Phase.BLOCKED:
+        return PoolRevisions(kept=state.stable, floor=1)
+    steps = steps_of(spec)
+    weight = steps[min(state.step, len(steps) - 1)].weight
+    return PoolRevisions(kept=state.stable, weight=weight, floor=1)
+
+
+def verdict_of(pods: Sequence[observed.WorkerPod], revision: str) -> verdict.Verdict | None:
+    """The latest word on a revision's artifact from its pods: a refusal wins, then a
+    verification naming its signer; None while no pod has reported."""
+    own = [p for p in pods if p.revision == revision and not p.terminating]
+    verdicts = [v for v in (verdict.parse(p.verdict) for p in own if p.verdict) if v]
+    refused = [v for v in verdicts if not v.verified]
+    if refused:
+        return refused[0]
+    return verdicts[0] if verdicts else None

@@ -19,9 +19,17 @@ class OperatorConfig:
     """Where the scaling signals are read; empty: no autoscaling, replicas.min and the warm
     floor decide."""
 
+    analysis_window_seconds: float = 60.0
+    """Shortest window a canary analysis measures over (the analysis interval, if longer).
+    Prometheus' rate() needs several scrapes inside the window: 60 s suits the usual 15 s
+    scrape interval; the local stack scrapes every second and tests use a few seconds."""
+
     @classmethod
     def from_env(cls) -> OperatorConfig:
         return cls(
             interval_seconds=float(os.environ.get("TOKENFLEET_RECONCILE_SECONDS", "5")),
             prometheus_url=os.environ.get("TOKENFLEET_PROMETHEUS_URL", ""),
+            analysis_window_seconds=float(
+                os.environ.get("TOKENFLEET_ANALYSIS_WINDOW_SECONDS", "60")
+            ),
         )

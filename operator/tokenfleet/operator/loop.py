@@ -20,12 +20,12 @@ import kopf
 import pydantic
 from kubernetes.client.exceptions import ApiException
 
-from tokenfleet.api.deployment import ModelDeploymentSpec
+from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.operator import desired, k8s, models, observed, plan, reporting, tenants
+from tokenfleet.operator import canary, desired, k8s, models, observed, plan, reporting, tenants
 from tokenfleet.operator.config import OperatorConfig
 from tokenfleet.operator.k8s import Kube
-from tokenfleet.operator.policy import scaling
+from tokenfleet.operator.policy import analysis, rollout, scaling
 from tokenfleet.operator.reporting import Event
 from tokenfleet.operator.signals_source import PrometheusSignals
 
@@ -53,6 +53,15 @@ def _bodies(index: Index) -> Iterable[dict[str, Any]]:
         yield from _items(index, key)
 
 
+def _model_status(body: dict[str, Any] | None) -> ModelDeploymentStatus | None:
+    """A ModelDeployment's status as last written; unreadable status counts as none."""
+    raw = (body or {}).get("status") or {}
+    try:
+        return ModelDeploymentStatus.model_validate(raw) if raw else None
+    except pydantic.ValidationError:
+        return None
+
+
 class Reconciler:
     """Owns the loop; handlers only set :attr:`wake`."""
 
@@ -72,6 +81,7 @@ class Reconciler:
         self.wake = asyncio.Event()
         self.indexes_ready = asyncio.Event()  # set by the first handler call: kopf has indexed
         self.seen_ready: dict[str, bool | None] = {}
+        self.analysed: dict[str, float] = {}  # namespace/name → unix seconds of last analysis
         self.passes = 0
 
     async def run(self) -> None:
@@ -160,6 +170,7 @@ class Reconciler:
                 ),
                 autoscaling=autoscaling,
                 metrics_ok=metrics_ok,
+                model_status=_model_status(model_body),
             )
         )
         for manifest in decided.apply:
@@ -231,6 +242,7 @@ class Reconciler:
         ns = meta["namespace"]
         spec = ModelDeploymentSpec.model_validate(body.get("spec", {}))
         existing = frozenset(n for (pool_ns, n) in self.indexes.pools if pool_ns == ns)
+        judgment = await self._analyse(body, spec, now)
         status, events = models.plan_model(
             models.ModelInputs(
                 namespace=ns,
@@ -244,9 +256,38 @@ class Reconciler:
                 },
                 pods=[p for pool in spec.pools for p in _items(self.indexes.pods, (ns, pool))],
                 now=now,
+                judgment=judgment,
             )
         )
         await self._report(body, "ModelDeployment", status, events, now)
+
+    async def _analyse(
+        self, body: dict[str, Any], spec: ModelDeploymentSpec, now: datetime.datetime
+    ) -> analysis.Judgment | None:
+        """Canary against stable from Prometheus, once per analysis interval while a canary
+        takes traffic; None when not due, or when Prometheus did not answer (no verdict)."""
+        meta = body["metadata"]
+        ns, key = meta["namespace"], f"{meta['namespace']}/{meta['name']}"
+        state = canary.state_of(_model_status(body))
+        live = state.phase in (rollout.Phase.PROGRESSING, rollout.Phase.PAUSED)
+        interval = spec.rollout.analysis.interval_seconds
+        at = now.timestamp()
+        if self.signals is None or not live or at - self.analysed.get(key, 0.0) < interval:
+            return None
+        self.analysed[key] = at
+        window = round(max(interval, self.config.analysis_window_seconds))
+        samples = [
+            await asyncio.to_thread(
+                self.signals.canary_sample, ns, spec.model.name, name, window_seconds=window
+            )
+            for name in (state.canary, state.stable)
+        ]
+        if samples[0] is None or samples[1] is None:
+            return None
+        judgment = analysis.judge(samples[0], samples[1], canary.thresholds_of(spec.rollout))
+        # every interval: debug only; status.rollout.lastAnalysis and Events carry the news
+        log.debug("ModelDeployment %s: canary %s: %s", key, state.canary, judgment.message)
+        return judgment
 
     async def _invalid(
         self, body: dict[str, Any], exc: pydantic.ValidationError, now: datetime.datetime

@@ -9,10 +9,18 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
-from tokenfleet.api.deployment import ModelDeploymentSpec
-from tokenfleet.operator import desired, observed, reporting
+import pydantic
+
+from tokenfleet.api.deployment import (
+    ModelDeploymentSpec,
+    ModelDeploymentStatus,
+    Revision,
+    RolloutStatus,
+)
+from tokenfleet.operator import canary, desired, observed, reporting
+from tokenfleet.operator.policy import analysis, rollout
 from tokenfleet.operator.reporting import Event, condition
 
 
@@ -44,6 +52,7 @@ class ModelInputs:
     pool_owner: Mapping[str, str]  # pool → name of the ModelDeployment that won it
     pods: Sequence[observed.WorkerPod]  # worker pods of this model's pools
     now: datetime.datetime
+    judgment: analysis.Judgment | None = None  # a canary analysis, when one was due
 
 
 def _availability(inputs: ModelInputs, ready: int) -> tuple[str, bool, str, str]:
@@ -77,66 +86,154 @@ def _availability(inputs: ModelInputs, ready: int) -> tuple[str, bool, str, str]
     return ("Progressing", False, "ReplicasStarting", "no replica is ready yet")
 
 
-def plan_model(inputs: ModelInputs) -> tuple[dict[str, Any], list[Event]]:
-    """New status and the events its changes deserve."""
-    spec, now, gen = inputs.spec, inputs.now, inputs.generation
-    revision = desired.revision_of(spec)
-    ready = sum(1 for p in inputs.pods if p.revision == revision and p.ready and not p.terminating)
-    phase, available, reason, message = _availability(inputs, ready)
-    old_conditions = inputs.status.get("conditions", []) or []
-    conditions = [
-        condition(
-            old_conditions,
-            type="Available",
-            status=available,
-            reason=reason,
-            message=message,
-            now=now,
-            generation=gen,
-        ),
-        condition(
-            old_conditions,
-            type="Progressing",
-            status=phase == "Progressing",
-            reason="ReplicasStarting" if phase == "Progressing" else phase,
-            message=message,
-            now=now,
-            generation=gen,
-        ),
-        condition(
-            old_conditions,
-            type="Verified",
-            status=False,
-            reason="NotChecked",
-            message="artifact signatures are not verified yet by this operator version",
-            now=now,
-            generation=gen,
+def _old_status(raw: Mapping[str, Any]) -> ModelDeploymentStatus | None:
+    """Status as the previous pass wrote it; unreadable status starts over (first revision)."""
+    try:
+        return ModelDeploymentStatus.model_validate(dict(raw)) if raw else None
+    except pydantic.ValidationError:
+        return None
+
+
+#: Event reasons for the rollout decisions a user should see (others use the decision's why).
+_EVENT_REASONS: dict[rollout.Why, tuple[Literal["Normal", "Warning"], str]] = {
+    rollout.Why.STEP_PASSED: ("Normal", "CanaryStepPassed"),
+    rollout.Why.ANALYSIS_FAILED: ("Warning", "RolledBack"),
+    rollout.Why.ABORTED: ("Warning", "RolledBack"),
+    rollout.Why.PROMOTED: ("Normal", "Promoted"),
+    rollout.Why.MANUAL_PROMOTE: ("Normal", "Promoted"),
+    rollout.Why.VERIFICATION_FAILED: ("Warning", "VerificationFailed"),
+}
+
+
+def _event(decision: rollout.Decision) -> Event:
+    kind, reason = _EVENT_REASONS.get(decision.why, ("Normal", decision.why.value))
+    return Event(type=kind, reason=reason, message=decision.message)
+
+
+def _revision_entry(
+    inputs: ModelInputs, name: str, weights: Mapping[str, int], old: Sequence[Revision]
+) -> dict[str, Any]:
+    """One revision's line in status: what its pods said, else what was known before. A Ready
+    worker that left no verdict has verified too: the worker image serves only after it."""
+    before = next((r for r in old if r.name == name), Revision(name=name, digest=""))
+    ready = _ready(inputs.pods, name)
+    seen = canary.verdict_of(inputs.pods, name)
+    if seen is not None:
+        verified, reason, signer = seen.verified, str(seen.reason), seen.signer
+    else:
+        verified = before.verified or ready > 0
+        reason = before.reason or ("Verified" if verified else "")
+        signer = before.signer
+    current = name == desired.revision_of(inputs.spec)
+    return {
+        "name": name,
+        "digest": inputs.spec.artifact.digest if current else before.digest,
+        "verified": verified,
+        "reason": reason,
+        "signer": signer,
+        "readyReplicas": ready,
+        "weight": int(weights.get(name, 0)),
+    }
+
+
+def _ready(pods: Sequence[observed.WorkerPod], revision: str) -> int:
+    return sum(1 for p in pods if p.revision == revision and p.ready and not p.terminating)
+
+
+Verdict = tuple[bool, str, str]  # condition status, reason, message
+
+
+def _verified(
+    inputs: ModelInputs, state: rollout.State, entries: Sequence[Mapping[str, Any]]
+) -> Verdict:
+    """Verified is about the spec's revision: the verifier's reason when it was refused."""
+    revision = desired.revision_of(inputs.spec)
+    if state.phase is rollout.Phase.BLOCKED and state.canary == revision:
+        stable = state.stable or "(none)"
+        return (
+            False,
+            state.reason,
+            f"revision {revision} refused ({state.reason}); stable {stable} keeps all traffic",
+        )
+    entry = next((e for e in entries if e["name"] == revision), None)
+    if entry and entry["verified"]:
+        signer = entry["signer"] or "the trusted signer"
+        return (True, "Verified", f"revision {revision} verified, signed by {signer}")
+    return (False, "Verifying", f"waiting for revision {revision}'s workers to verify it")
+
+
+def _rollout_conditions(state: rollout.State, message: str) -> list[tuple[str, Verdict]]:
+    in_flight = state.phase in rollout.ACTIVE
+    rolled_back = state.phase is rollout.Phase.ROLLED_BACK
+    return [
+        ("Progressing", (in_flight, state.phase.value, message or "no rollout in flight")),
+        (
+            "RolledBack",
+            (
+                rolled_back,
+                state.reason if rolled_back else "NotRolledBack",
+                message if rolled_back else "the spec's revision was not rolled back",
+            ),
         ),
     ]
+
+
+def plan_model(inputs: ModelInputs) -> tuple[dict[str, Any], list[Event]]:
+    """New status and the events its changes deserve: the rollout advanced by what this pass
+    saw, the revisions with their traffic weights, and the conditions."""
+    spec, now, gen = inputs.spec, inputs.now, inputs.generation
+    revision = desired.revision_of(spec)
+    old = _old_status(inputs.status)
+    before = old.rollout if old and old.rollout else RolloutStatus()
+    seen = canary.Seen(
+        revision=revision,
+        verification=canary.verification(inputs.pods, revision),
+        judgment=inputs.judgment,
+    )
+    moved = canary.advance(canary.state_of(old), spec=spec.rollout, seen=seen, now=now.timestamp())
+    state, message = moved.decision.state, moved.message or before.message
+    names = [n for n in dict.fromkeys((state.stable, state.canary or revision)) if n]
+    entries = [
+        _revision_entry(inputs, n, moved.decision.weights, old.revisions if old else [])
+        for n in names
+    ]
+    phase, available, reason, availability = _availability(
+        inputs, sum(e["readyReplicas"] for e in entries)
+    )
+    verdicts = [
+        ("Available", (available, reason, availability)),
+        ("Verified", _verified(inputs, state, entries)),
+        *_rollout_conditions(state, message),
+    ]
+    old_conditions = inputs.status.get("conditions", []) or []
+    conditions = [
+        condition(old_conditions, type=t, status=st, reason=r, message=m, now=now, generation=gen)
+        for t, (st, r, m) in verdicts
+    ]
+    analysed = inputs.judgment.message if inputs.judgment else before.last_analysis
+    fields = canary.status_fields(moved.decision, last_analysis=analysed)
+    fields["rollout"]["message"] = message
     status = {
         "observedGeneration": gen,
         "phase": phase,
-        "stableRevision": revision,
-        "canaryRevision": "",
-        "canaryStep": 0,
-        "revisions": [
-            {
-                "name": revision,
-                "digest": spec.artifact.digest,
-                "verified": False,
-                "signer": "",
-                "readyReplicas": ready,
-                "weight": 100,
-            }
-        ],
+        **fields,
+        "revisions": entries,
         "conditions": conditions,
     }
+    return status, [_event(d) for d in moved.notable] + _availability_events(
+        old_conditions, conditions, availability
+    )
+
+
+def _availability_events(
+    old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]], message: str
+) -> list[Event]:
     events = []
-    problem = reporting.changed_to(old_conditions, conditions, "Available", "False")
+    problem = reporting.changed_to(old, new, "Available", "False")
     if problem and problem["reason"] in ("PoolNotFound", "PoolClaimed"):
         events.append(
             Event(type="Warning", reason=str(problem["reason"]), message=str(problem["message"]))
         )
-    if reporting.changed_to(old_conditions, conditions, "Available", "True"):
+    if reporting.changed_to(old, new, "Available", "True"):
         events.append(Event(type="Normal", reason="Available", message=message))
-    return status, events
+    return events

@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tokenfleet.api import labels
-from tokenfleet.api.deployment import ModelDeploymentSpec
+from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.operator import desired, observed, reporting
+from tokenfleet.operator import canary, desired, observed, reporting
 from tokenfleet.operator.policy import placement, zones
 from tokenfleet.operator.reporting import Event, condition
 
@@ -39,6 +39,7 @@ class PoolInputs:
     model_annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
     autoscaling: Mapping[str, Any] | None = None  # the autoscaler's status block, when it runs
     metrics_ok: bool | None = None  # None: no autoscaler; False: its signals were unreadable
+    model_status: ModelDeploymentStatus | None = None  # where the model's rollout stands
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,8 +67,14 @@ def plan_pool(inputs: PoolInputs) -> PoolPlan:
         desired.headless_service(namespace=inputs.namespace, pool_name=inputs.name, owner=owner),
     ]
     revision = desired.revision_of(inputs.model) if inputs.model else ""
-    current = observed.replicas_by_zone(inputs.sets, revision)
-    ready = observed.ready_by_zone(inputs.pods, revision)
+    running = (
+        canary.pool_revisions(inputs.model_status, revision=revision, spec=inputs.model.rollout)
+        if inputs.model
+        else canary.PoolRevisions()
+    )
+    serving = running.kept or revision  # the revision placement sizes and status reports
+    current = observed.replicas_by_zone(inputs.sets, serving)
+    ready = observed.ready_by_zone(inputs.pods, serving)
     zone_list = [
         placement.Zone(
             name=h.name,
@@ -89,12 +96,7 @@ def plan_pool(inputs: PoolInputs) -> PoolPlan:
     if inputs.model is None:
         placed = dataclasses.replace(placed, per_zone=dict.fromkeys(placed.per_zone, 0))
     step = placement.transition(target=placed.per_zone, zones=zone_list)
-    workers = _workers(inputs, step, revision, owner)
-    keep = {m["metadata"]["name"] for m in workers}
-    total_ready = sum(ready.values())
-    for s in inputs.sets:  # an older revision serves until the new one is fully ready
-        if s.revision != revision and inputs.model is not None and total_ready < placed.total:
-            keep.add(s.name)
+    workers, keep = _children(inputs, running, step=step, total=placed.total, ready=ready)
     existing = {s.name: s.applied_hash for s in inputs.sets}
     apply = [m for m in common + workers if existing.get(m["metadata"]["name"]) != _hash(m)]
     delete = sorted(name for name in existing if name not in keep)
@@ -102,12 +104,45 @@ def plan_pool(inputs: PoolInputs) -> PoolPlan:
     return PoolPlan(apply=apply, delete=delete, status=status, events=_events(inputs, status))
 
 
+def _children(
+    inputs: PoolInputs,
+    running: canary.PoolRevisions,
+    *,
+    step: Mapping[str, int],
+    total: int,
+    ready: Mapping[str, int],
+) -> tuple[list[desired.Manifest], set[str]]:
+    """Worker Deployments to apply, and the names of every worker Deployment to keep."""
+    owner = desired.Owner(kind="InferencePool", name=inputs.name, uid=inputs.uid)
+    if running.kept:  # a rollout: the stable revision runs as it is, the canary beside it
+        zone_names = [z for z, n in step.items() if n > 0] or list(step)  # healthy first
+        workers = _workers(inputs, spread(running.canary_replicas(total), zone_names), owner)
+        keep = {m["metadata"]["name"] for m in workers}
+        return workers, keep | {s.name for s in inputs.sets if s.revision == running.kept}
+    workers = _workers(inputs, step, owner)
+    keep = {m["metadata"]["name"] for m in workers}
+    revision = desired.revision_of(inputs.model) if inputs.model else ""
+    for s in inputs.sets:  # an older revision serves until the new one is fully ready
+        if s.revision != revision and inputs.model is not None and sum(ready.values()) < total:
+            keep.add(s.name)
+    return workers, keep
+
+
 def _hash(manifest: desired.Manifest) -> str:
     return str(manifest["metadata"]["annotations"][desired.APPLIED_HASH])
 
 
+def spread(replicas: int, zones: Sequence[str]) -> dict[str, int]:
+    """``replicas`` over ``zones`` as evenly as possible, the first zones taking the rest."""
+    if not zones:
+        return {}
+    ordered = sorted(zones)
+    share, rest = divmod(replicas, len(ordered))
+    return {z: share + (1 if i < rest else 0) for i, z in enumerate(ordered)}
+
+
 def _workers(
-    inputs: PoolInputs, step: Mapping[str, int], revision: str, owner: desired.Owner
+    inputs: PoolInputs, step: Mapping[str, int], owner: desired.Owner
 ) -> list[desired.Manifest]:
     if inputs.model is None:
         return []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-REQUESTS = "tokenfleet_gateway_requests_total"  # labels: model, class, outcome, reason
+REQUESTS = "tokenfleet_gateway_requests_total"  # model, class, outcome, reason, namespace, revision
 TTFT = "tokenfleet_gateway_time_to_first_token_seconds"  # model, class
 INTER_TOKEN = "tokenfleet_gateway_inter_token_latency_seconds"  # noqa: S105 - a name, not a secret
 E2E = "tokenfleet_gateway_request_duration_seconds"  # model, class

@@ -114,13 +114,19 @@ def revision_requests(namespace: str, model: str, revision: str, window: str) ->
 def revision_error_rate(namespace: str, model: str, revision: str, window: str) -> str:
     """Failed share of the gateway's requests routed to one revision (0..1).
 
-    Engines do not count their failures, so this reads the gateway; it needs the gateway's
-    request counter to carry a ``revision`` label (until it does, the series is missing and a
-    canary cannot pass, only fail on latency).
+    Engines do not count their failures, so this reads the gateway's request counter, whose
+    ``namespace`` and ``revision`` labels name the revision that served (or failed) a request.
+    A request counts as failed when it broke after its first byte (``failed``) or when every
+    attempt on the revision failed (``rejected`` with the revision set: a refusal before any
+    revision was chosen carries none). No failure at all is 0, not a missing series; no request
+    at all is missing (a canary cannot pass on silence).
     """
     served = f'{{namespace="{namespace}",model="{model}",revision="{revision}"}}'
-    failed = f'{{namespace="{namespace}",model="{model}",revision="{revision}",outcome="failed"}}'
+    failed = (
+        f'{{namespace="{namespace}",model="{model}",revision="{revision}",'
+        'outcome=~"failed|rejected"}'
+    )
     return (
-        f"sum(increase({gateway.REQUESTS}{failed}[{window}])) / "
+        f"(sum(increase({gateway.REQUESTS}{failed}[{window}])) or vector(0)) / "
         f"sum(increase({gateway.REQUESTS}{served}[{window}]))"
     )

@@ -264,7 +264,8 @@ def test_model_status(overrides: dict[str, Any], phase: str, reason: str) -> Non
     available = next(c for c in status["conditions"] if c["type"] == "Available")
     assert available["reason"] == reason
     if reason in ("PoolNotFound", "PoolClaimed"):
-        assert [e.reason for e in events] == [reason]
+        # the first revision's rollout starts regardless (FirstRevision, an informational Event)
+        assert [e.reason for e in events] == ["FirstRevision", reason]
         _, again = models.plan_model(model_inputs(**overrides, status=status))
         assert again == []  # told once, not every pass
 
