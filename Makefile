@@ -74,7 +74,7 @@ bench: $(VENV)/.installed binaries $(PEERS)/.installed
 	$(PY) bench/operator_scale.py
 	$(PY) bench/routing.py
 	$(PY) bench/autoscaling.py
-	$(PY) -m tokenfleet.sim examples/04-simulations/steady-10k.yaml --scaler tokenfleet
+	$(PY) -m tokenfleet.sim examples/05-simulations/steady-10k.yaml --scaler tokenfleet
 
 crds: $(VENV)/.installed
 	$(PY) -m tokenfleet.api.crd --write crds

@@ -28,7 +28,7 @@ from tokenfleet.sim.engine import Simulation
 from tokenfleet.sim.scenario import Scaler, Scenario
 from tokenfleet.sim.stats import Result
 
-EXAMPLES = Path(__file__).parent.parent / "examples/04-simulations"
+EXAMPLES = Path(__file__).parent.parent / "examples/05-simulations"
 SCENARIO = EXAMPLES / "doubling-during-zone-loss.yaml"
 # The same traffic with the doubling known in advance: TokenFleet with a schedule window.
 KNOWN_EVENT = EXAMPLES / "doubling-during-zone-loss-known-event.yaml"

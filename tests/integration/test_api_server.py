@@ -35,7 +35,7 @@ def test_crds_are_established_with_short_names(cluster: Cluster) -> None:
 
 def _example_docs(repo: Path) -> list[tuple[Path, dict[str, Any]]]:
     """Every Kubernetes object under examples/; the simulator's scenario files
-    (examples/04-simulations, no apiVersion or kind) are run by tests/unit/sim instead."""
+    (examples/05-simulations, no apiVersion or kind) are run by tests/unit/sim instead."""
     return [
         (path, doc)
         for path in sorted((repo / "examples").rglob("*.yaml"))

@@ -103,7 +103,7 @@ def test_the_knee_moves_with_max_num_seqs_and_the_profile_plans_a_fleet(tmp_path
     assert "<- binds" in done.stdout and "kind: InferencePool" in done.stdout
 
     # ...and calibrates the fleet simulator's replicas (measure, then rehearse)
-    scenario = Path(__file__).parents[2] / "examples/04-simulations/long-context-tenant.yaml"
+    scenario = Path(__file__).parents[2] / "examples/05-simulations/long-context-tenant.yaml"
     done = subprocess.run(
         [
             TOKENFLEET,

@@ -10,7 +10,7 @@ import pytest
 
 from tokenfleet.cli import main as tokenfleet
 
-EXAMPLES = sorted((Path(__file__).parents[3] / "examples" / "04-simulations").glob("*.yaml"))
+EXAMPLES = sorted((Path(__file__).parents[3] / "examples" / "05-simulations").glob("*.yaml"))
 
 
 def test_the_examples_are_all_here() -> None:
