@@ -90,10 +90,13 @@ def test_pool_workers_are_scraped_with_their_labels(
     )
     # no gateway in front: the queue-wait histogram has no series, which is not zero
     assert value(prom, queries.queue_wait_p95(ns, "scraped", ["interactive"])) is None
-    # engines' completions are a rate the operator reads; gateway arrivals need a gateway
-    wait_for(
-        "the pool's completion rate",
-        lambda: (value(prom, queries.completion_rate(ns, "scraped")) or 0) > 0,
-        timeout=30,
-    )
+
+    # engines' completions are a rate the operator reads; gateway arrivals need a gateway.
+    # The success counter's series appears with the first completion, so rate() needs more
+    # completions after Prometheus first saw it: keep serving while waiting.
+    def completing() -> bool:
+        client.completions.create(model="scraped-model", prompt="again", max_tokens=2)
+        return (value(prom, queries.completion_rate(ns, "scraped")) or 0) > 0
+
+    wait_for("the pool's completion rate", completing, timeout=30, every=1.0)
     assert value(prom, queries.arrival_rate(ns, "scraped")) is None
