@@ -34,6 +34,7 @@ def deploy(
     cold_start: float = 0,
     down_window: int = 6,
     admission: dict[str, Any] | None = None,
+    model: str = "auto-model",
 ) -> None:
     cluster.apply(
         manifest(
@@ -60,7 +61,7 @@ def deploy(
                 "auto-model",
                 ns,
                 {
-                    "model": {"name": "auto-model"},
+                    "model": {"name": model},
                     "pools": ["auto"],
                     "engine": {"maxNumSeqs": 1},
                     "artifact": {
@@ -230,17 +231,21 @@ def test_queue_age_at_the_gateway_scales_up_within_two_intervals(
     """The whole loop: clients → gateway queue (1-sequence engines fill at once) → queue-age
     gauge → Prometheus (1 s scrape) → operator (1 s decisions) → more replicas. The class may
     wait 30 s, so admission queues the burst instead of refusing it as unmeetable."""
+    # served names are global to a gateway: another test's namespace, still terminating, may
+    # serve "auto-model" too
+    model = f"queued-{ns[-5:]}"
     deploy(
         cluster,
         ns,
         admission={"classes": [{"name": "interactive", "priority": 200, "maxQueueAgeMs": 30000}]},
+        model=model,
     )
     cluster.apply(
         manifest(
             "Tenant",
             "load",
             ns,
-            {"apiKeySecretRef": {"name": "load-keys"}, "allowedModels": ["auto-model"]},
+            {"apiKeySecretRef": {"name": "load-keys"}, "allowedModels": [model]},
         )
     )
     key = subprocess.run(
@@ -268,7 +273,7 @@ def test_queue_age_at_the_gateway_scales_up_within_two_intervals(
         def one(_: int) -> bool:
             with contextlib.suppress(openai.APIError):
                 client.completions.create(
-                    model="auto-model",
+                    model=model,
                     prompt="go",
                     max_tokens=40,
                     extra_body={"ignore_eos": True},
