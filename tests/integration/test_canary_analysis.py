@@ -81,9 +81,14 @@ def test_slow_canary_fails_on_ttft_from_real_metrics(cluster: Cluster, ns: str) 
         client = openai.OpenAI(base_url=f"http://{ip}:8000/v1", api_key="x", max_retries=0)
         # Histogram series appear with their first observation, and increase() needs a scrape
         # before the measured traffic: one warm-up request, then wait for its series.
-        client.completions.create(model=model, prompt="hello there", max_tokens=16)
         itl = f'vllm:inter_token_latency_seconds_count{{namespace="{ns}",revision="{revision}"}}'
-        wait_for(f"{app} scraped", lambda q=itl: raw.custom_query(q), timeout=120)
+
+        def scraped(q: str = itl, c: openai.OpenAI = client) -> Any:
+            # keep observing until Prometheus has discovered the engine and seen a sample
+            c.completions.create(model=model, prompt="hello there", max_tokens=16)
+            return raw.custom_query(q)
+
+        wait_for(f"{app} scraped", scraped, timeout=120, every=1.0)
         for _ in range(REQUESTS):
             client.completions.create(model=model, prompt="hello there", max_tokens=16)
 
