@@ -211,7 +211,7 @@ class Simulation:
         for pool in pools:
             for r in pool.replicas:
                 r.advance(end, mark_first_token, pool.finished)
-            pool.reap(end)
+            pool.reap()
             if now < sc.duration_seconds:
                 self.rec.gpu_seconds += pool.holding() * sc.performance.gpus * sc.tick_seconds
 

@@ -287,12 +287,11 @@ class Pool:
                 r.draining = True
                 self._unroute(r)
 
-    def reap(self, now: float) -> None:
+    def reap(self) -> None:
         """Drained replicas with nothing left in flight are gone."""
         alive = []
         for r in self.replicas:
             if r.draining and r.idle:
-                r.gone = now
                 self.rec.busy(r.busy_prefill, r.busy_decode)
                 del self.by_url[r.url]
                 del self.loads[r.url]
@@ -310,7 +309,6 @@ class Pool:
             self.loads[r.url] = routing.IDLE
             for req in held:
                 if req.first_token is None:
-                    req.retries += 1
                     # keeps its admission slot (no byte was sent) and avoids the dead replica
                     self.dispatch(req, now, tried=frozenset({r.url}))
                 else:

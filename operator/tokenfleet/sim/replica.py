@@ -29,7 +29,6 @@ class Request:
 
     __slots__ = (
         "arrival",
-        "cached",
         "cls",
         "deadline",
         "dispatched",
@@ -45,7 +44,6 @@ class Request:
         "prefix_tokens",
         "reason",
         "replica",
-        "retries",
         "stream",
     )
 
@@ -78,9 +76,7 @@ class Request:
         self.outcome = ""  # served | shed | timed_out | failed
         self.reason = ""
         self.replica: Replica | None = None
-        self.retries = 0
         self.prefill_left = 0.0
-        self.cached = False
 
 
 Finish = Callable[[Request, float], None]
@@ -101,7 +97,6 @@ class Replica:
         "created",
         "decoding",
         "draining",
-        "gone",
         "id",
         "in_flight",
         "kv_used",
@@ -124,7 +119,6 @@ class Replica:
         self.perf = perf
         self.created = created
         self.ready_at = created + perf.cold_start_seconds
-        self.gone: float | None = None
         self.draining = False
         self.in_flight = 0  # dispatched here and not finished: what the gateway counts
         self.running = 0  # sequences decoding
@@ -161,7 +155,6 @@ class Replica:
             self.waiting.popleft()
             self.kv_used += context
             hit = req.prefix >= 0 and req.prefix in self.prefixes
-            req.cached = hit
             if hit:
                 self.prefixes.move_to_end(req.prefix)
             elif req.prefix >= 0 and perf.prefix_cache_entries:
@@ -270,6 +263,3 @@ class Replica:
 
     def kv_usage(self) -> float:
         return self.kv_used / self.perf.kv_cache_tokens
-
-    def waiting_count(self) -> int:
-        return len(self.waiting)
