@@ -83,14 +83,8 @@ def main() -> int:
     for r in results:
         print()
         print("\n".join(report.details(r)))
-    args.out.mkdir(parents=True, exist_ok=True)
-    offered = {
-        s.name: [s.rps(t + 0.5) for t in range(int(scenario.duration_seconds))]
-        for s in scenario.streams
-    }
-    report.save_json(results, args.out / "results.json")
-    report.plot(results, offered, args.out / "timeline.png")
-    print(f"\nplot {args.out / 'timeline.png'}")
+    _, png = report.write(results, scenario, args.out)
+    print(f"\nplot {png}")
     return 0
 
 

@@ -66,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
         scenario = scenario.model_copy(update={"duration_seconds": args.duration})
     names = args.scaler or scenario.scalers
     out = args.out or Path(".tokenfleet") / "sim" / scenario.name
-    out.mkdir(parents=True, exist_ok=True)
     print(f"{scenario.name}: {scenario.description or ''}".rstrip(": "))
     results: list[Result] = []
     for name in names:
@@ -79,13 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         print()
         print("\n".join(report.details(r)))
-    offered = {
-        s.name: [s.rps(t + 0.5) for t in range(int(scenario.duration_seconds))]
-        for s in scenario.streams
-    }
-    report.save_json(results, out / "results.json")
-    report.plot(results, offered, out / "timeline.png")
-    print(f"\nresults {out / 'results.json'}, plot {out / 'timeline.png'}")
+    data, png = report.write(results, scenario, out)
+    print(f"\nresults {data}, plot {png}")
     return 0
 
 

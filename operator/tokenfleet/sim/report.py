@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tokenfleet.sim.scenario import Scenario
 from tokenfleet.sim.stats import Result
 
 
@@ -116,3 +117,16 @@ def plot(results: Sequence[Result], offered: dict[str, list[float]], path: Path)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def write(results: Sequence[Result], scenario: Scenario, out: Path) -> tuple[Path, Path]:
+    """``results.json`` and ``timeline.png`` (with the scenario's offered load) in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    offered = {
+        s.name: [s.rps(t + 0.5) for t in range(int(scenario.duration_seconds))]
+        for s in scenario.streams
+    }
+    data, png = out / "results.json", out / "timeline.png"
+    save_json(results, data)
+    plot(results, offered, png)
+    return data, png
