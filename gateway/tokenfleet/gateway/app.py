@@ -174,8 +174,7 @@ async def _queue_gauges(app: web.Application) -> Any:
             now = time.monotonic()
             for key, q in state.admitter.pools.items():
                 for cls in list(q.waiting):
-                    state.metrics.queue_depth.labels(key, cls).set(q.depth(cls))
-                    state.metrics.queue_oldest_age.labels(key, cls).set(q.oldest_age(cls, now))
+                    state.metrics.observe_queue(key, cls, q.depth(cls), q.oldest_age(cls, now))
             await asyncio.sleep(QUEUE_GAUGE_SECONDS)
 
     task = asyncio.create_task(refresh())

@@ -359,9 +359,8 @@ class Completion:
 
     def observe_queue(self, pool: Pool, cls: str) -> None:
         q = self.state.admitter.queue(pool.key)
-        self.state.metrics.queue_depth.labels(pool.key, cls).set(q.depth(cls))
-        self.state.metrics.queue_oldest_age.labels(pool.key, cls).set(
-            q.oldest_age(cls, time.monotonic())
+        self.state.metrics.observe_queue(
+            pool.key, cls, q.depth(cls), q.oldest_age(cls, time.monotonic())
         )
 
     def refuse(self, rejected: Rejected) -> web.Response:

@@ -34,6 +34,11 @@ class Metrics:
     endpoints: Gauge
     routing: RoutingMetrics
 
+    def observe_queue(self, pool: str, cls: str, depth: int, oldest_age: float) -> None:
+        """A pool's class queue as the autoscaler reads it."""
+        self.queue_depth.labels(pool, cls).set(depth)
+        self.queue_oldest_age.labels(pool, cls).set(oldest_age)
+
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
         r = registry or CollectorRegistry()

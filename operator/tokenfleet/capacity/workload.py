@@ -115,8 +115,7 @@ def _draw(rng: random.Random, t: Tokens) -> int:
     elif t.dist == "fixed" or t.sigma() == 0.0:
         value = round(t.mean)
     else:
-        sigma = t.sigma()
-        value = round(rng.lognormvariate(math.log(t.mean) - sigma * sigma / 2, sigma))
+        value = round(rng.lognormvariate(t.mu(), t.sigma()))
     return max(1, min(t.max, value))
 
 

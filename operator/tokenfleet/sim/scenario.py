@@ -41,6 +41,11 @@ class Tokens(Model):
             return z  # the tail asked for is beyond any lognormal with this mean: widest
         return z - math.sqrt(z * z - 2 * gap)
 
+    def mu(self) -> float:
+        """The lognormal's mu that keeps the mean at ``mean`` for :meth:`sigma`."""
+        sigma = self.sigma()
+        return math.log(self.mean) - sigma * sigma / 2
+
 
 class SharedPrefix(Model):
     """Requests that open with one of a few long common prefixes (system prompts, documents)."""

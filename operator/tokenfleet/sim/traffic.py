@@ -34,7 +34,7 @@ def _draw(rng: np.random.Generator, tokens: Tokens, n: int) -> np.ndarray:
         if sigma == 0.0:
             values = np.full(n, round(tokens.mean))
         else:
-            values = np.rint(rng.lognormal(math.log(tokens.mean) - sigma * sigma / 2, sigma, n))
+            values = np.rint(rng.lognormal(tokens.mu(), sigma, n))
     return np.clip(values, 1, tokens.max).astype(np.int64)
 
 
