@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import datetime
 import logging
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -41,13 +40,6 @@ PROBE_TIMEOUT_SECONDS = 2.0
 #: Crash-loop back-off, as a kubelet does: 1 s, doubling per restart, at most 30 s.
 RESTART_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _now() -> str:
@@ -331,7 +323,7 @@ class NodeAgent:
             self._published = text
 
     async def _start(self, spec: simulated.SimSpec) -> None:
-        listen = _free_port()
+        listen = processes.free_port()
         name = spec.pod_key.replace("/", "_")
         child = processes.spawn(
             f"sim {spec.pod_key}",

@@ -10,7 +10,9 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
+import random
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -77,3 +79,39 @@ def stop(children: Sequence[Child], *, grace_seconds: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             child.popen.kill()
             child.popen.wait()
+
+
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port() -> int:
+    """A free loopback port below the kernel's ephemeral range.
+
+    Binding port 0 returns an ephemeral port, and any outgoing connection (a scrape, a client)
+    may take that same port before the child process binds it seconds later: a kube-apiserver
+    then fails with "address already in use". Ports below the range are never given to clients.
+    """
+    low = _ephemeral_low()
+    candidates = list(range(max(1024, low - 12000), low))
+    random.SystemRandom().shuffle(candidates)
+    for port in candidates:
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket() as s:  # every port below the range is taken: fall back to the kernel
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+        return port

@@ -100,13 +100,6 @@ def running_pid(state_dir: Path) -> int | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def free_pod_octet() -> int:
     """A second octet for pod IPs that no other stack on this host is using: tests run beside a
     developer's `make up`, and two stacks must not hand out the same loopback address."""
@@ -134,7 +127,7 @@ def _listening() -> list[str]:
 
 
 def free_ports() -> Ports:
-    return Ports(**{f.name: _free_port() for f in dataclasses.fields(Ports)})
+    return Ports(**{f.name: processes.free_port() for f in dataclasses.fields(Ports)})
 
 
 def check_ports(ports: Ports) -> None:
