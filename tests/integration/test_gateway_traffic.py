@@ -81,6 +81,7 @@ def call(
     max_tokens: int = 20,
     stream: bool = False,
     headers: dict[str, str] | None = None,
+    ignore_eos: bool = False,
 ) -> tuple[int, dict[str, Any], dict[str, str], float]:
     start = time.monotonic()
     conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=60)
@@ -89,6 +90,7 @@ def call(
         "messages": [{"role": "user", "content": "hello " * 8}],
         "max_tokens": max_tokens,
         "stream": stream,
+        **({"ignore_eos": True} if ignore_eos else {}),
     }
     conn.request(
         "POST",
@@ -133,7 +135,9 @@ def test_one_tenant_over_its_token_quota_does_not_touch_the_other(
     cfg = config(fast, [tenant("greedy", quotas={"tokensPerMinute": 600}), tenant("calm")])
     with running(start_gateway(tmp, cfg, "--redis", redis.url)) as g:
         before = [call(g, KEYS["calm"])[3] for _ in range(15)]
-        greedy = [call(g, KEYS["greedy"], max_tokens=100) for _ in range(12)]
+        # every answer is the full 100 tokens (the simulator otherwise picks a random length,
+        # and 12 answers of ~50 tokens fit the 600-token minute: no 429, by chance)
+        greedy = [call(g, KEYS["greedy"], max_tokens=100, ignore_eos=True) for _ in range(12)]
         during = [call(g, KEYS["calm"]) for _ in range(15)]
     statuses = [s for s, *_ in greedy]
     assert statuses[:4] == [200] * 4 and 429 in statuses
