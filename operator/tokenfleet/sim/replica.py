@@ -161,7 +161,7 @@ class Replica:
                 self.prefixes[req.prefix] = None
                 if len(self.prefixes) > perf.prefix_cache_entries:
                     self.prefixes.popitem(last=False)
-            req.prefill_left = max(1, req.input - (req.prefix_tokens if hit else 0))
+            req.prefill_left = float(max(1, req.input - (req.prefix_tokens if hit else 0)))
             self.prefill.append(req)
 
     def advance(  # noqa: PLR0912, PLR0915 - the hot loop, kept whole: calls cost here
@@ -200,7 +200,8 @@ class Replica:
             if decoding:
                 to_decode = decoding[0][0] - steps
                 to_decode = max(to_decode, 0.0)
-            if to_decode <= to_prefill and to_decode <= to_end:
+            decode_next = to_decode <= to_prefill and to_decode <= to_end
+            if decode_next:
                 n = to_decode
             elif to_prefill <= to_end:
                 n = to_prefill
@@ -219,7 +220,7 @@ class Replica:
                 busy_prefill += n * per_tok * chunk
                 prefill[0].prefill_left -= n * chunk
             now = until - left
-            if n is to_decode:
+            if decode_next:
                 req = heapq.heappop(decoding)[2]
                 running -= 1
                 self.running, self.steps = running, steps

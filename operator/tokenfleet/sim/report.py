@@ -39,9 +39,10 @@ def summary(results: Sequence[Result]) -> list[str]:
 
 def details(result: Result) -> list[str]:
     """Per class and per tenant: outcomes, reasons, latency."""
+    cores = "compiled cores" if result.compiled else "interpreted: `make native` compiles"
     lines = [
         f"{result.scaler}: {result.requests:,} requests in {result.cpu_seconds:.1f} s CPU "
-        f"({result.speed:,.0f} requests/s simulated; {result.wall_seconds:.1f} s wall)"
+        f"({result.speed:,.0f} requests/s simulated; {result.wall_seconds:.1f} s wall; {cores})"
     ]
     head = (
         f"  {'':14} {'arrived':>10} {'within SLO':>10} {'served':>10} {'shed':>9} "
@@ -71,6 +72,7 @@ def save_json(results: Sequence[Result], path: Path) -> None:
             "requests": r.requests,
             "cpuSeconds": r.cpu_seconds,
             "wallSeconds": r.wall_seconds,
+            "compiled": r.compiled,
             "gpuHours": r.gpu_hours,
             "cost": r.cost,
             "costPerMillionInput": r.cost_per_million_input,

@@ -1,13 +1,20 @@
-"""The fleet simulator: every request ends exactly once, a seed replays exactly, a queue with a
+"""The fleet simulator: every request ends exactly once, a seed replays exactly (in another
+process, compiled or interpreted), a queue with a
 known analytical answer (M/M/c) comes out right, the replica model's closed-form capacity holds
 in simulation, calibration recovers a known replica, and zone loss retries what it can."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tokenfleet.capacity.planning import Profile, ProfilePoint
 from tokenfleet.sim.calibrate import CalibrationError, calibrate
@@ -17,6 +24,10 @@ from tokenfleet.sim.scenario import Performance, Scenario
 
 
 def scenario(**overrides: Any) -> Scenario:
+    return Scenario.model_validate(scenario_doc(**overrides))
+
+
+def scenario_doc(**overrides: Any) -> dict[str, Any]:
     """A small fleet, overloaded mid-run while a zone is lost: every outcome happens."""
     doc: dict[str, Any] = {
         "name": "small",
@@ -76,15 +87,21 @@ def scenario(**overrides: Any) -> Scenario:
         "zoneLosses": [{"at": 30, "zone": "b", "detectedAfter": 5}],
     }
     doc.update(overrides)
-    return Scenario.model_validate(doc)
+    return doc
 
 
 def test_every_request_ends_exactly_once() -> None:
     sim = Simulation(scenario())
-    sim.rec.ended_ids = set()
+    ended_ids: set[int] = set()
+
+    def once(req: Any) -> None:
+        assert req.index not in ended_ids, f"request {req.index} ended twice"
+        ended_ids.add(req.index)
+
+    sim.rec.watch = once
     result = sim.run()
     assert sim.rec.open == 0
-    assert len(sim.rec.ended_ids) == result.requests
+    assert len(ended_ids) == result.requests
     ended = sum(
         g["served"] + g["shed"] + g["timed_out"] + g["failed"] for g in result.classes.values()
     )
@@ -107,6 +124,35 @@ def test_a_seed_replays_exactly_and_another_seed_differs() -> None:
     assert first.gpu_hours == again.gpu_hours
     assert first.timeline == again.timeline
     assert first.classes != other.classes
+
+
+@pytest.mark.parametrize("cores", ["compiled", "interpreted"])
+def test_a_seed_replays_exactly_in_another_process(cores: str, tmp_path: Path) -> None:
+    """Another process hashes strings differently, and may run the interpreted sources instead
+    of the compiled cores (tokenfleet.native): the decisions must not change."""
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(scenario_doc()))
+    env = {
+        **os.environ,
+        "PYTHONHASHSEED": "random",
+        "TOKENFLEET_NATIVE": "1" if cores == "compiled" else "0",
+    }
+    argv = ["--scaler", "tokenfleet", "--quiet", "--out", str(tmp_path)]
+    run = subprocess.run(
+        [sys.executable, "-m", "tokenfleet.sim", str(path), *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    there = json.loads((tmp_path / "results.json").read_text())[0]
+    assert there["compiled"] is (cores == "compiled"), "no compiled build: run `make native`"
+    here = Simulation(scenario()).run()
+    assert there["classes"] == json.loads(json.dumps(here.classes))
+    assert there["timeline"] == json.loads(json.dumps(here.timeline))
+    assert there["gpuHours"] == here.gpu_hours
 
 
 def erlang_c_wait(servers: int, arrival: float, service: float) -> float:
@@ -173,14 +219,12 @@ def test_a_fleet_of_one_sequence_replicas_is_an_m_m_c_queue() -> None:
     sim = Simulation(sc, "static-peak")
     waits: list[float] = []
     services: list[float] = []
-    ended = sim.rec.ended
 
     def keep(req: Any) -> None:
         waits.append(req.dispatched - req.arrival)
         services.append(req.finished - req.dispatched)
-        ended(req)
 
-    sim.rec.ended = keep  # type: ignore[method-assign]
+    sim.rec.watch = keep
     result = sim.run()
     assert result.classes["only"]["served"] == result.requests > 8000
     service = sum(services) / len(services)

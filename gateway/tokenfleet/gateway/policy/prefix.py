@@ -86,8 +86,11 @@ class PrefixIndex:
             alive = set(holders) if alive is None else alive.intersection(holders)
             if not alive:
                 break
-            for url in alive:
-                held[url] = depth
+            # in the holders' order, not the set's: set order follows the per-process string
+            # hash, and routing breaks ties in this order, so a seed would not replay
+            for url in holders:
+                if url in alive:
+                    held[url] = depth
         return Match(blocks=held, total=len(hashes))
 
     def record(self, hashes: Sequence[bytes], url: str) -> None:
