@@ -14,7 +14,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -30,29 +30,6 @@ log = logging.getLogger("tokenfleet.gateway.router")
 PLAIN = {"Accept-Encoding": "identity"}
 
 
-class Loads(Mapping[str, routing.Load]):
-    """A read-only view joining in-flight counts and scrapes: O(1) per endpoint looked at."""
-
-    def __init__(self, in_flight: Mapping[str, int], scraped: Mapping[str, routing.Load]) -> None:
-        self._in_flight = in_flight
-        self._scraped = scraped
-
-    def __getitem__(self, url: str) -> routing.Load:
-        s = self._scraped.get(url, routing.IDLE)
-        return routing.Load(
-            in_flight=self._in_flight.get(url, 0),
-            waiting=s.waiting,
-            kv_usage=s.kv_usage,
-            scraped_at=s.scraped_at,
-        )
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._in_flight)
-
-    def __len__(self) -> int:
-        return len(self._in_flight)
-
-
 class Router:
     """Routing state of one gateway process (touched only from its event loop)."""
 
@@ -61,9 +38,8 @@ class Router:
         self.metrics = metrics
         self.rng = random.Random(settings.seed)
         self.index = prefix.PrefixIndex(settings.prefix_index_entries)
-        self.in_flight: dict[str, int] = {}
+        self.in_flight: dict[str, int] = {}  # requests this process has running, per endpoint
         self.scraped: dict[str, routing.Load] = {}
-        self.loads = Loads(self.in_flight, self.scraped)
         self.health: dict[str, resilience.Health] = {}
         self.budget = resilience.Budget()
         self.budget_policy = resilience.BudgetPolicy(
@@ -95,7 +71,13 @@ class Router:
             sequence=next(self._sequence),
         )
         choice = routing.pick(
-            group, loads=self.loads, ask=ask, policy=policy, now=now, rng=self.rng
+            group,
+            in_flight=self.in_flight,
+            loads=self.scraped,
+            ask=ask,
+            policy=policy,
+            now=now,
+            rng=self.rng,
         )
         if choice is None:
             return None

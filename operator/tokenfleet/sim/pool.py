@@ -24,6 +24,7 @@ from tokenfleet.sim.scenario import Performance
 from tokenfleet.sim.stats import Recorder
 
 CHARS_PER_TOKEN = 4  # to turn a shared prefix's tokens into the prompt text routing hashes
+FIRST_TRY = routing.Ask()
 
 
 class Pool:
@@ -60,7 +61,8 @@ class Pool:
         self.prefixes = prefix.PrefixIndex()
         self.prefix_hashes: dict[int, tuple[bytes, ...]] = {}
         self.by_url: dict[str, Replica] = {}
-        self.loads: dict[str, routing.Load] = {}  # what the router knows of each replica
+        self.routed: dict[str, int] = {}  # requests in flight per replica, as the gateway counts
+        self.loads: dict[str, routing.Load] = {}  # the gateway's last scrape of each replica
         self.in_flight: dict[str, int] = dict.fromkeys(self.policies, 0)
         self.queues: dict[str, collections.deque[tuple[Waiting, Request]]] = {
             c: collections.deque() for c in self.policies
@@ -152,11 +154,20 @@ class Pool:
     def dispatch(self, req: Request, now: float, tried: frozenset[str] = frozenset()) -> None:
         """Route a started request to a replica (again, after its replica died unanswered)."""
         hashes = self._hashes(req)
-        ask = routing.Ask(
-            match=self.prefixes.match(hashes) if hashes else prefix.NO_MATCH, tried=tried
-        )
+        if hashes or tried:
+            ask = routing.Ask(
+                match=self.prefixes.match(hashes) if hashes else prefix.NO_MATCH, tried=tried
+            )
+        else:
+            ask = FIRST_TRY  # most requests: no shared prefix, first attempt (immutable: shared)
         choice = routing.pick(
-            self.group, loads=self.loads, ask=ask, policy=self.routing, now=now, rng=self.rng
+            self.group,
+            in_flight=self.routed,
+            loads=self.loads,
+            ask=ask,
+            policy=self.routing,
+            now=now,
+            rng=self.rng,
         )
         if choice is None:
             req.dispatched = req.dispatched or now  # its slot is released with it
@@ -165,25 +176,15 @@ class Pool:
         url = choice.endpoint.url
         if hashes:
             self.prefixes.record(hashes, url)
-        self._count(url, +1)
+        self.routed[url] += 1
         if req.dispatched is None:
             req.dispatched = now
         self.by_url[url].accept(req, now, mark_first_token, self.finished)
-
-    def _count(self, url: str, change: int) -> None:
-        old = self.loads[url]
-        self.loads[url] = routing.Load(
-            in_flight=old.in_flight + change,
-            waiting=old.waiting,
-            kv_usage=old.kv_usage,
-            scraped_at=old.scraped_at,
-        )
 
     def scrape(self, now: float) -> None:
         """What the gateway's scraper reads from each ready replica's /metrics."""
         for r in self.ready:
             self.loads[r.url] = routing.Load(
-                in_flight=self.loads[r.url].in_flight,
                 waiting=len(r.waiting),
                 kv_usage=r.kv_usage(),
                 scraped_at=now,
@@ -193,7 +194,7 @@ class Pool:
         """A replica finished ``req`` at ``at`` (its callback)."""
         replica = req.replica
         if replica is not None:
-            self._count(replica.url, -1)
+            self.routed[replica.url] -= 1
         self.completions += 1
         self.served += 1
         self.prompt_tokens += req.input
@@ -244,6 +245,7 @@ class Pool:
             r.ready_at = now
         self.replicas.append(r)
         self.by_url[r.url] = r
+        self.routed[r.url] = 0
         self.loads[r.url] = routing.IDLE
 
     def make_ready(self, now: float) -> None:
@@ -294,6 +296,7 @@ class Pool:
             if r.draining and r.idle:
                 self.rec.busy(r.busy_prefill, r.busy_decode)
                 del self.by_url[r.url]
+                del self.routed[r.url]
                 del self.loads[r.url]
             else:
                 alive.append(r)
@@ -306,6 +309,7 @@ class Pool:
             self._unroute(r)
             held = r.evict_all()
             r.draining = True
+            self.routed[r.url] = 0
             self.loads[r.url] = routing.IDLE
             for req in held:
                 if req.first_token is None:

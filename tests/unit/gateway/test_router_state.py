@@ -44,7 +44,7 @@ def make() -> router.Router:
     return router.Router(settings, Metrics.create(CollectorRegistry()).routing)
 
 
-def test_in_flight_and_scrapes_join_in_the_load_view() -> None:
+def test_choosing_counts_in_flight_beside_the_scrape() -> None:
     r = make()
     r.scraped["a"] = routing.Load(waiting=4, kv_usage=0.5, scraped_at=1.0)
     group = routing.Group.of([ep("a")])
@@ -52,9 +52,10 @@ def test_in_flight_and_scrapes_join_in_the_load_view() -> None:
         group, model="m", policy=routing.Policy(), match=prefix.NO_MATCH, tried=frozenset()
     )
     assert choice is not None
-    assert r.loads["a"] == routing.Load(in_flight=1, waiting=4, kv_usage=0.5, scraped_at=1.0)
+    assert r.in_flight == {"a": 1}
+    assert r.scraped["a"] == routing.Load(waiting=4, kv_usage=0.5, scraped_at=1.0)
     r.done(choice.endpoint, ok=True)
-    assert "a" not in r.in_flight and r.loads["a"].in_flight == 0
+    assert "a" not in r.in_flight
 
 
 def test_failures_eject_and_the_budget_runs_out() -> None:

@@ -4,6 +4,7 @@ weights and pins, pool choice by context bucket and class, O(k) sampling, determ
 from __future__ import annotations
 
 import collections
+import dataclasses
 import random
 
 import pytest
@@ -29,17 +30,30 @@ def match(blocks: dict[str, int], total: int = 4) -> prefix.Match:
     return prefix.Match(blocks=blocks, total=total)
 
 
+@dataclasses.dataclass(frozen=True)
+class Seen:
+    """What a gateway knows of an endpoint: its own in-flight count and the last scrape."""
+
+    in_flight: int = 0
+    scrape: Load = routing.IDLE
+
+
+def busy(n: int, **scrape: float) -> Seen:
+    return Seen(n, Load(**scrape))  # type: ignore[arg-type]
+
+
 def pick(
     eps: list[routing.Endpoint],
     *,
-    loads: dict[str, Load] | None = None,
+    seen: dict[str, Seen] | None = None,
     ask: Ask | None = None,
     policy: Policy | None = None,
     seed: int = 1,
 ) -> tuple[str | None, Why | None]:
     got = routing.pick(
         routing.Group.of(eps),
-        loads=loads or {},
+        in_flight={u: s.in_flight for u, s in (seen or {}).items()},
+        loads={u: s.scrape for u, s in (seen or {}).items()},
         ask=ask or Ask(),
         policy=policy or Policy(),
         now=NOW,
@@ -48,12 +62,8 @@ def pick(
     return (got.endpoint.url, got.why) if got else (None, None)
 
 
-def busy(n: int, **kw: float) -> Load:
-    return Load(in_flight=n, **kw)  # type: ignore[arg-type]
-
-
 @pytest.mark.parametrize(
-    ("eps", "loads", "ask", "policy", "expected"),
+    ("eps", "seen", "ask", "policy", "expected"),
     [
         pytest.param([], {}, Ask(), Policy(), (None, None), id="no-endpoints"),
         pytest.param(
@@ -77,7 +87,7 @@ def busy(n: int, **kw: float) -> Load:
         ),
         pytest.param(
             [ep("a"), ep("b")],
-            {"a": busy(1), "b": Load(in_flight=0, waiting=5, scraped_at=NOW - 1)},
+            {"a": busy(1), "b": busy(0, waiting=5, scraped_at=NOW - 1)},
             Ask(),
             Policy(),
             ("a", Why.LOAD),
@@ -85,7 +95,7 @@ def busy(n: int, **kw: float) -> Load:
         ),
         pytest.param(
             [ep("a"), ep("b")],
-            {"a": busy(1), "b": Load(in_flight=0, waiting=5, scraped_at=NOW - 60)},
+            {"a": busy(1), "b": busy(0, waiting=5, scraped_at=NOW - 60)},
             Ask(),
             Policy(),
             ("b", Why.LOAD),
@@ -93,7 +103,7 @@ def busy(n: int, **kw: float) -> Load:
         ),
         pytest.param(
             [ep("a"), ep("b")],
-            {"a": busy(0), "b": Load(kv_usage=0.9, scraped_at=NOW)},
+            {"a": busy(0), "b": busy(0, kv_usage=0.9, scraped_at=NOW)},
             Ask(),
             Policy(),
             ("a", Why.LOAD),
@@ -199,12 +209,12 @@ def busy(n: int, **kw: float) -> Load:
 )
 def test_pick(
     eps: list[routing.Endpoint],
-    loads: dict[str, Load],
+    seen: dict[str, Seen],
     ask: Ask,
     policy: Policy,
     expected: tuple[str | None, Why | None],
 ) -> None:
-    assert pick(eps, loads=loads, ask=ask, policy=policy) == expected
+    assert pick(eps, seen=seen, ask=ask, policy=policy) == expected
 
 
 def test_ties_are_shared_and_replay_with_a_seed() -> None:
@@ -215,7 +225,9 @@ def test_ties_are_shared_and_replay_with_a_seed() -> None:
         rng = random.Random(seed)
         out = []
         for _ in range(300):
-            got = routing.pick(group, loads={}, ask=Ask(), policy=Policy(), now=NOW, rng=rng)
+            got = routing.pick(
+                group, in_flight={}, loads={}, ask=Ask(), policy=Policy(), now=NOW, rng=rng
+            )
             assert got is not None
             out.append(got.endpoint.url)
         return out
@@ -244,6 +256,7 @@ def test_an_unlucky_sample_of_ejected_endpoints_looks_at_everyone() -> None:
     ejected = frozenset(e.url for e in eps[:-1])
     got = routing.pick(
         routing.Group.of(eps),
+        in_flight={},
         loads={},
         ask=Ask(ejected=ejected),
         policy=Policy(sample=4),
@@ -268,7 +281,8 @@ def test_hot_prefix_spreads_under_bounded_load(bound: float, replicas_used: int)
     for _ in range(40):
         got = routing.pick(
             group,
-            loads={u: Load(in_flight=n) for u, n in in_flight.items()},
+            in_flight=in_flight,
+            loads={},
             ask=Ask(match=index.match(hashes)),
             policy=Policy(bounded_load=bound),
             now=NOW,

@@ -59,6 +59,9 @@ class Start:
     """Run now."""
 
 
+START = Start()  # the common answer, made once (it carries nothing)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Enqueue:
     """Wait; ``expected_wait`` seconds is the estimate that admitted it."""
@@ -110,7 +113,7 @@ def admit(
     policy = policies[cls]
     ahead = _ahead(policies, load, cls)
     if ahead == 0 and can_start(policies, load, cls):
-        return Start()
+        return START
     depth = load.queued.get(cls, 0)
     if depth >= policy.max_queue_depth:
         return Rejected(

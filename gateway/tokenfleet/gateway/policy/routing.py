@@ -127,14 +127,13 @@ class Snapshot:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Load:
-    """An endpoint's load as the gateway knows it."""
+    """An endpoint's engine figures from the gateway's last scrape (its own in-flight count of
+    the endpoint is always current and passed beside them: it changes on every request)."""
 
-    in_flight: int = 0
-    """Requests this gateway process has running there (always current)."""
     waiting: int = 0
-    """``vllm:num_requests_waiting`` from the last scrape."""
+    """``vllm:num_requests_waiting``."""
     kv_usage: float = 0.0
-    """``vllm:kv_cache_usage_perc`` (0–1) from the last scrape."""
+    """``vllm:kv_cache_usage_perc`` (0–1)."""
     scraped_at: float | None = None
     """Monotonic seconds of the scrape; None when never scraped."""
 
@@ -222,24 +221,21 @@ def usable(listed: Sequence[Endpoint], group: Group, ask: Ask) -> tuple[list[End
     return fresh, bool(fresh)
 
 
-def occupancy(e: Endpoint, load: Load, *, now: float, stale_after: float) -> tuple[float, float]:
-    """(requests there — in flight plus the engine's queue — per unit of concurrency, KV usage);
-    scraped figures older than ``stale_after`` count as unknown (0), in-flight always counts."""
-    fresh = load.scraped_at is not None and now - load.scraped_at <= stale_after
-    queued = load.in_flight + (load.waiting if fresh else 0)
-    return queued / max(1, e.max_concurrency), load.kv_usage if fresh else 0.0
-
-
 def pick(
     group: Group,
     *,
-    loads: Mapping[str, Load],
+    in_flight: dict[str, int],
+    loads: dict[str, Load],
     ask: Ask,
     policy: Policy,
     now: float,
     rng: Rng,
 ) -> Choice | None:
-    """The endpoint for one attempt of a request, with the reason; None when none is usable."""
+    """The endpoint for one attempt of a request, with the reason; None when none is usable.
+
+    ``in_flight``: requests this gateway has running at each endpoint; ``loads``: the last
+    scrape of each (absent → never scraped). Plain dicts, not Mappings: compiled
+    (tokenfleet.native), a dict lookup is a C call and a Mapping's a Python method call."""
     listed = shortlist(group, match=ask.match, k=policy.sample, rng=rng)
     candidates, panic = usable(listed, group, ask)
     if not candidates:
@@ -254,28 +250,38 @@ def pick(
     if policy.kind == "RoundRobin":
         ordered = sorted(candidates, key=lambda e: e.url)
         return Choice(endpoint=ordered[ask.sequence % len(ordered)], why=Why.ROUND_ROBIN)
-    return _best(candidates, loads=loads, ask=ask, policy=policy, now=now, rng=rng, panic=panic)
+    return _best(
+        candidates,
+        in_flight=in_flight,
+        loads=loads,
+        ask=ask,
+        policy=policy,
+        now=now,
+        rng=rng,
+        panic=panic,
+    )
 
 
 def _best(
     candidates: Sequence[Endpoint],
     *,
-    loads: Mapping[str, Load],
+    in_flight: dict[str, int],
+    loads: dict[str, Load],
     ask: Ask,
     policy: Policy,
     now: float,
     rng: Rng,
     panic: bool,
 ) -> Choice:
-    # The loops below inline occupancy() and Match.fraction(): this runs for every request of
-    # every gateway (and millions of times in the fleet simulator).
+    # The loops below inline Match.fraction(): this runs for every request of every gateway
+    # (and millions of times in the fleet simulator).
     stale_after = policy.stale_after
     requests: list[float] = []
     press: list[float] = []  # what the load score compares
     for e in candidates:
         load = loads.get(e.url, IDLE)
         fresh = load.scraped_at is not None and now - load.scraped_at <= stale_after
-        r = (load.in_flight + (load.waiting if fresh else 0)) / max(1, e.max_concurrency)
+        r = (in_flight.get(e.url, 0) + (load.waiting if fresh else 0)) / max(1, e.max_concurrency)
         requests.append(r)
         press.append(r + (load.kv_usage if fresh else 0.0))
     top = max(press)
@@ -361,6 +367,8 @@ def choose_pool(options: Sequence[PoolOption], *, prompt_tokens: int, cls: str =
     """Of a model's pools: the smallest context bucket that fits the prompt, pools dedicated to
     the request's class first, then general pools, then pools dedicated to other classes; none
     fits → the largest (the context check then refuses with a clear 400)."""
+    if len(options) == 1:  # one pool (most models): it is the answer either way
+        return options[0].key
     fitting = [o for o in options if o.max_input_tokens >= prompt_tokens]
     if not fitting:
         return max(options, key=lambda o: o.max_input_tokens).key if options else None
