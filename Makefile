@@ -80,7 +80,7 @@ bench: $(VENV)/.installed binaries native $(PEERS)/.installed
 	$(PY) bench/operator_scale.py
 	$(PY) bench/routing.py
 	$(PY) bench/autoscaling.py
-	$(PY) -m tokenfleet.sim examples/05-simulations/steady-10k.yaml --scaler tokenfleet
+	$(PY) bench/simulator.py
 
 crds: $(VENV)/.installed
 	$(PY) -m tokenfleet.api.crd --write crds

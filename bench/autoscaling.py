@@ -25,8 +25,8 @@ from pathlib import Path
 from tokenfleet.sim import report
 from tokenfleet.sim.__main__ import load
 from tokenfleet.sim.engine import Simulation
+from tokenfleet.sim.result import Result
 from tokenfleet.sim.scenario import Scaler, Scenario
-from tokenfleet.sim.stats import Result
 
 EXAMPLES = Path(__file__).parent.parent / "examples/05-simulations"
 SCENARIO = EXAMPLES / "doubling-during-zone-loss.yaml"

@@ -19,8 +19,8 @@ from tokenfleet.capacity.planning import Profile
 from tokenfleet.sim import report
 from tokenfleet.sim.calibrate import CalibrationError, calibrate
 from tokenfleet.sim.engine import Simulation
+from tokenfleet.sim.result import Result
 from tokenfleet.sim.scenario import SCALERS, Scenario
-from tokenfleet.sim.stats import Result
 
 
 def _progress(total: float, label: str) -> Callable[[float], None]:

@@ -23,8 +23,9 @@ from tokenfleet.gateway.policy import admission, routing
 from tokenfleet.sim import scalers, traffic
 from tokenfleet.sim.pool import Pool
 from tokenfleet.sim.replica import Request, mark_first_token
+from tokenfleet.sim.result import Result
 from tokenfleet.sim.scenario import Scaler, Scenario
-from tokenfleet.sim.stats import Recorder, Result
+from tokenfleet.sim.stats import Recorder
 
 DRAIN_LIMIT_SECONDS = 900.0
 

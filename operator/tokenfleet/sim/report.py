@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tokenfleet.sim.result import Result
 from tokenfleet.sim.scenario import Scenario
-from tokenfleet.sim.stats import Result
 
 
 def _pct(x: float) -> str:
@@ -70,6 +70,7 @@ def save_json(results: Sequence[Result], path: Path) -> None:
             "scenario": r.scenario,
             "scaler": r.scaler,
             "requests": r.requests,
+            "simulatedSeconds": r.simulated_seconds,
             "cpuSeconds": r.cpu_seconds,
             "wallSeconds": r.wall_seconds,
             "compiled": r.compiled,

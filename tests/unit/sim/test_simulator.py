@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -124,6 +125,8 @@ def test_a_seed_replays_exactly_and_another_seed_differs() -> None:
     assert first.gpu_hours == again.gpu_hours
     assert first.timeline == again.timeline
     assert first.classes != other.classes
+    # results cross processes (the benchmarks run policies in parallel)
+    assert pickle.loads(pickle.dumps(first)) == first
 
 
 @pytest.mark.parametrize("cores", ["compiled", "interpreted"])
