@@ -13,6 +13,7 @@ from typing import Any
 
 import openai
 import pytest
+import yaml
 
 from support.cluster import REPO, Cluster, wait_for
 from support.gateway import Gateway, running, start_gateway
@@ -202,3 +203,37 @@ def test_manifests_are_accepted_by_the_api_server(cluster: Cluster) -> None:
             "apply", "--dry-run=server", "-k", str(REPO / "manifests" / folder), check=False
         )
         assert done.returncode == 0, done.stderr
+
+
+def test_a_gateway_pod_learns_its_zone_from_its_node(cluster: Cluster, ns: str) -> None:
+    """The manifest's TOKENFLEET_ZONE reads the pod's zone label, which the API server copies
+    from the node when it binds the pod: same-zone routing in-cluster needs no node access."""
+    docs = yaml.safe_load_all((REPO / "manifests" / "gateway" / "deployment.yaml").read_text())
+    template = next(d for d in docs if d and d["kind"] == "Deployment")["spec"]["template"]
+    env = {e["name"]: e for e in template["spec"]["containers"][0]["env"]}
+    field = env["TOKENFLEET_ZONE"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert field == f"metadata.labels['{labels.TOPOLOGY_ZONE}']"
+    spec = {k: v for k, v in template["spec"].items() if k != "serviceAccountName"}
+    spec["nodeSelector"] = {labels.TOPOLOGY_ZONE: "zone-b"}
+    spec["tolerations"] = [{"operator": "Exists"}]
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "gateway",
+                "namespace": ns,
+                "labels": template["metadata"]["labels"],
+            },
+            "spec": spec,
+        }
+    )
+
+    def bound() -> dict[str, Any] | None:
+        pod = cluster.get("pod", "gateway", "-n", ns)
+        return pod if pod["spec"].get("nodeName") else None
+
+    pod = wait_for("the gateway pod to be scheduled", bound, timeout=30)
+    node = cluster.get("node", pod["spec"]["nodeName"])
+    assert node["metadata"]["labels"][labels.TOPOLOGY_ZONE] == "zone-b"
+    assert pod["metadata"]["labels"][labels.TOPOLOGY_ZONE] == "zone-b"
