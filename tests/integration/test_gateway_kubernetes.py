@@ -5,8 +5,10 @@ worker pods, key rotation and revocation, and the manifests accepted by the API 
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ import openai
 import pytest
 import yaml
 
-from support.cluster import REPO, Cluster, wait_for
+from support.cluster import REPO, Cluster, namespace, wait_for
 from support.gateway import Gateway, running, start_gateway
 from support.objects import manifest
 from support.operator import SA_NAMESPACE, service_account_kubeconfig
@@ -237,3 +239,68 @@ def test_a_gateway_pod_learns_its_zone_from_its_node(cluster: Cluster, ns: str) 
     node = cluster.get("node", pod["spec"]["nodeName"])
     assert node["metadata"]["labels"][labels.TOPOLOGY_ZONE] == "zone-b"
     assert pod["metadata"]["labels"][labels.TOPOLOGY_ZONE] == "zone-b"
+
+
+def test_two_teams_each_reach_their_own_model_of_one_name(
+    cluster: Cluster, ns: str, gateway: Gateway
+) -> None:
+    """Team A and team B both deploy a model served as the same name: each team's key reaches
+    its own namespace's replicas, never the other's."""
+    served = f"chat-{uuid.uuid4().hex[:6]}"  # the gateway sees every namespace: unique per run
+    with namespace(cluster, f"{ns}-b") as other:
+        keys = {}
+        for team in (ns, other):
+            cluster.apply(
+                manifest(
+                    "InferencePool",
+                    "pool",
+                    team,
+                    {"zones": {"names": ["zone-a"]}, "replicas": {"min": 1, "max": 1}},
+                ),
+                manifest(
+                    "ModelDeployment",
+                    "chat",
+                    team,
+                    {
+                        "model": {"name": served},
+                        "pools": ["pool"],
+                        "artifact": {
+                            "uri": "file:///m",
+                            "digest": "sha256:" + "e" * 64,
+                            "trust": {"publicKey": {"name": "k"}},
+                        },
+                    },
+                ),
+                manifest(
+                    "Tenant",
+                    "team",
+                    team,
+                    {"apiKeySecretRef": {"name": "team-keys"}, "allowedModels": [served]},
+                ),
+            )
+            keys[team] = create_key(cluster, team, "team")
+        wait_for("2 endpoints", lambda: endpoints_metric(gateway, served) == 2, timeout=90)
+        for team, key in keys.items():
+            client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+            wait_for("the key to be known", lambda c=client: _works(c), timeout=20)
+            for i in range(4):
+                request_id = f"{team}-{i}"
+                client.chat.completions.create(
+                    model=served,
+                    messages=[{"role": "user", "content": "hi"}],
+                    max_tokens=2,
+                    extra_headers={"X-Request-Id": request_id},
+                )
+                line = wait_for(
+                    "the access log line",
+                    lambda rid=request_id: next(
+                        (
+                            json.loads(x[x.index("{") :])
+                            for x in gateway.log.read_text().splitlines()
+                            if f'"{rid}"' in x and "{" in x
+                        ),
+                        None,
+                    ),
+                    timeout=10,
+                )
+                assert line["pool"] == f"{team}/pool", line

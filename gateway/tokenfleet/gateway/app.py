@@ -56,7 +56,8 @@ async def list_models(request: web.Request) -> web.Response:
     tenant = authenticate(state.catalog, request.headers.get("Authorization"))
     if isinstance(tenant, Rejected):
         return reject(tenant)
-    names = sorted(n for n, m in state.catalog.models.items() if tenant.may_use(n, m))
+    visible = state.catalog.visible(tenant.namespace)
+    names = sorted(n for n, m in visible.items() if tenant.may_use(n, m))
     data = [{"id": n, "object": "model", "created": 0, "owned_by": "tokenfleet"} for n in names]
     return web.json_response({"object": "list", "data": data})
 

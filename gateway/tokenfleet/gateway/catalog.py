@@ -44,6 +44,8 @@ class Model:
 
     name: str  # the canonical served name
     pools: tuple[str, ...]
+    namespace: str = ""  # of its ModelDeployment ("" in static mode)
+    names: frozenset[str] = frozenset()  # every served name: the canonical one and aliases
     fallback: str | None = None
     max_concurrency: int = DEFAULT_CONCURRENCY
     revision_weights: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -61,6 +63,10 @@ class Tenant:
     cache_group: str = ""
     max_tokens_cap: int | None = None
 
+    @property
+    def namespace(self) -> str:
+        return self.key.partition("/")[0] if "/" in self.key else ""
+
     def may_use(self, name: str, model: Model | None = None) -> bool:
         """Whether the tenant may call ``name``; an alias is allowed when its model is."""
         allowed = self.allowed_models
@@ -72,12 +78,26 @@ class Catalog:
     """Everything a request is checked against."""
 
     models: Mapping[str, Model] = dataclasses.field(default_factory=dict)  # by every served name
+    """Cluster-wide: a served name claimed in several namespaces is the first by namespace/name."""
+    local: Mapping[tuple[str, str], Model] = dataclasses.field(default_factory=dict)
+    """By (namespace, served name): a tenant's own namespace answers first."""
     pools: Mapping[str, Pool] = dataclasses.field(default_factory=dict)
     tenants_by_key_hash: Mapping[str, Tenant] = dataclasses.field(default_factory=dict)
     endpoints: Snapshot = dataclasses.field(default_factory=Snapshot)
 
     def with_endpoints(self, endpoints: Snapshot) -> Catalog:
         return dataclasses.replace(self, endpoints=endpoints)
+
+    def model(self, name: str, namespace: str = "") -> Model | None:
+        """What ``name`` means to a caller in ``namespace``: its own namespace's model first,
+        so a team's model is never shadowed by another team's of the same name."""
+        return self.local.get((namespace, name)) or self.models.get(name)
+
+    def visible(self, namespace: str = "") -> dict[str, Model]:
+        """Every served name as a caller in ``namespace`` resolves it."""
+        out = dict(self.models)
+        out.update({n: m for (ns, n), m in self.local.items() if ns == namespace})
+        return out
 
 
 def class_policy(c: AdmissionClass) -> ClassPolicy:
@@ -116,14 +136,17 @@ def pool_of(key: str, spec: InferencePoolSpec) -> Pool:
 def models_of(
     namespace: str, spec: ModelDeploymentSpec, status: ModelDeploymentStatus | None = None
 ) -> dict[str, Model]:
+    names = frozenset((spec.model.name, *spec.model.aliases))
     model = Model(
         name=spec.model.name,
         pools=tuple(f"{namespace}/{p}" for p in spec.pools),
+        namespace=namespace,
+        names=names,
         fallback=spec.fallback.model if spec.fallback else None,
         max_concurrency=spec.engine.max_num_seqs or DEFAULT_CONCURRENCY,
         revision_weights={r.name: r.weight for r in status.revisions} if status else {},
     )
-    return {name: model for name in (spec.model.name, *spec.model.aliases)}
+    return dict.fromkeys(names, model)
 
 
 def tenant_of(key: str, spec: TenantSpec) -> Tenant:
@@ -157,8 +180,13 @@ def key_hashes(secret: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def endpoints_of(pods: Iterable[Mapping[str, Any]], models: Mapping[str, Model]) -> Snapshot:
-    """Ready, not terminating worker pods → endpoints (pods are watched, not EndpointSlices)."""
+def endpoints_of(
+    pods: Iterable[Mapping[str, Any]],
+    models: Mapping[str, Model],
+    local: Mapping[tuple[str, str], Model] | None = None,
+) -> Snapshot:
+    """Ready, not terminating worker pods → endpoints (pods are watched, not EndpointSlices);
+    a pod serves its own namespace's model of its served name."""
     found = []
     for pod in pods:
         meta, status = pod.get("metadata", {}), pod.get("status", {})
@@ -170,10 +198,8 @@ def endpoints_of(pods: Iterable[Mapping[str, Any]], models: Mapping[str, Model])
         if not ready or meta.get("deletionTimestamp") or not status.get("podIP"):
             continue
         served = pod_labels.get(labels.MODEL, "")
-        model = models.get(served)
-        names = (
-            frozenset(n for n, m in models.items() if m is model) if model else frozenset({served})
-        )
+        model = (local or {}).get((meta.get("namespace", ""), served)) or models.get(served)
+        names = (model.names or frozenset({served})) if model else frozenset({served})
         port = next(
             (
                 p["containerPort"]
@@ -226,7 +252,10 @@ def from_objects(
         except ValueError:
             continue
     model_map: dict[str, Model] = {}
-    for obj in sorted(models, key=key):  # a served name claimed twice: the first (by key) wins
+    local: dict[tuple[str, str], Model] = {}
+    # a served name claimed twice: the first by namespace/name wins, cluster-wide and within a
+    # namespace; callers in a namespace that claims it get their own (Catalog.model)
+    for obj in sorted(models, key=key):
         try:
             raw_status = obj.get("status") or {}
             found = models_of(
@@ -238,6 +267,7 @@ def from_objects(
             continue
         for name, model in found.items():
             model_map.setdefault(name, model)
+            local.setdefault((model.namespace, name), model)
     secret_map = {key(s): key_hashes(s) for s in secrets}
     by_hash: dict[str, Tenant] = {}
     for obj in sorted(tenants, key=key):
@@ -252,7 +282,8 @@ def from_objects(
             by_hash.setdefault(h, tenant)
     return Catalog(
         models=model_map,
+        local=local,
         pools=pool_map,
         tenants_by_key_hash=by_hash,
-        endpoints=endpoints_of(pods, model_map),
+        endpoints=endpoints_of(pods, model_map, local),
     )

@@ -131,7 +131,7 @@ class Completion:
         if isinstance(parsed, Rejected):
             return self.refuse(parsed)
         self.log["model"] = parsed.model
-        model = catalog.models.get(parsed.model)
+        model = catalog.model(parsed.model, tenant.namespace)
         if model is None or not tenant.may_use(parsed.model, model):
             known = model is not None or parsed.model in catalog.endpoints.models()
             reason = Reason.MODEL_NOT_ALLOWED if known else Reason.MODEL_NOT_FOUND
@@ -187,7 +187,7 @@ class Completion:
     ) -> web.StreamResponse:
         """The model, or its fallback when the model has no ready replica or no room."""
         catalog = self.state.catalog
-        fallback = catalog.models.get(model.fallback) if model.fallback else None
+        fallback = catalog.model(model.fallback, model.namespace) if model.fallback else None
         fallback_pool = pick_pool(catalog, fallback, parsed.prompt_tokens) if fallback else None
         work = functools.partial(
             self.admitted, parsed=parsed, tenant=tenant, due=due, max_tokens=max_tokens

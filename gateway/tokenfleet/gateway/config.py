@@ -189,6 +189,7 @@ def _merged(known: catalog.Model | None, m: StaticModel) -> catalog.Model:
     pools = known.pools if known else ()
     return catalog.Model(
         name=m.name,
+        names=(known.names if known else frozenset()) | {m.name, *m.aliases},
         pools=pools if m.pool in pools else (*pools, m.pool),
         fallback=known.fallback if known and known.fallback else m.fallback,
         max_concurrency=m.max_concurrency,

@@ -1,5 +1,6 @@
 """The catalog carries routing inputs from the resources: pool routing policy and dedicated
-classes from InferencePool.spec.routing, revision weights from ModelDeployment.status."""
+classes from InferencePool.spec.routing, revision weights from ModelDeployment.status, and
+served names resolved in the caller's own namespace first."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from tokenfleet.api import labels
 from tokenfleet.gateway import catalog
+from tokenfleet.gateway.policy import quotas
 
 
 def obj(name: str, spec: dict[str, Any], status: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -66,3 +69,54 @@ def test_pool_routing_policy_and_dedicated_classes() -> None:
     assert (online.routing.kind, online.routing.load, online.routing.sample) == ("LeastLoad", 3, 4)
     assert online.routing.bounded_load == 2.0
     assert batch.option().classes == {"batch"} and online.option().classes == frozenset()
+
+
+def in_ns(namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"namespace": namespace, "name": name, "uid": name}, "spec": spec}
+
+
+def worker_pod(namespace: str, ip: str, model: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": namespace,
+            "name": ip,
+            "labels": {labels.MODEL: model, labels.POOL: "online"},
+        },
+        "spec": {"containers": [{"ports": [{"name": "http", "containerPort": 8000}]}]},
+        "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def test_a_served_name_claimed_in_two_namespaces_resolves_to_the_callers_own() -> None:
+    """Team A's and team B's "chat" are different models: each team's tenants reach their own,
+    and their endpoints never mix; a tenant elsewhere gets the first by namespace/name."""
+    spec = {**MODEL_SPEC, "model": {"name": "chat", "aliases": ["assistant"]}, "pools": ["online"]}
+    cat = catalog.from_objects(
+        pools=[in_ns("team-a", "online", {}), in_ns("team-b", "online", {})],
+        models=[in_ns("team-b", "chat", spec), in_ns("team-a", "chat", spec)],
+        tenants=[],
+        secrets=[],
+        pods=[worker_pod("team-a", "10.0.0.1", "chat"), worker_pod("team-b", "10.0.0.2", "chat")],
+    )
+    for team, ip in (("team-a", "10.0.0.1"), ("team-b", "10.0.0.2")):
+        for name in ("chat", "assistant"):
+            model = cat.model(name, team)
+            assert model is not None and model.pools == (f"{team}/online",)
+            (pool,) = model.pools
+            urls = [e.url for e in cat.endpoints.group(name, pool=pool).endpoints]
+            assert urls == [f"http://{ip}:8000"]
+        assert cat.visible(team)["chat"].namespace == team
+    elsewhere = cat.model("chat", "team-c")
+    assert elsewhere is not None and elsewhere.namespace == "team-a"
+    assert cat.model("chat") is elsewhere  # static callers and the cluster-wide view agree
+    assert cat.model("missing", "team-a") is None
+
+
+def test_a_tenants_namespace_comes_from_its_key() -> None:
+    limits = quotas.Limits()
+    tenant = catalog.Tenant(
+        key="team-a/app", allowed_models=frozenset(), priority_class="", limits=limits
+    )
+    assert tenant.namespace == "team-a"
+    static = catalog.Tenant(key="app", allowed_models=frozenset(), priority_class="", limits=limits)
+    assert static.namespace == ""
