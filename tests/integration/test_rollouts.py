@@ -507,3 +507,30 @@ def test_slow_canary_is_rolled_back_within_one_analysis_interval(
     )
     assert lag <= ANALYSIS["intervalSeconds"] + 2, lag
     wait_for("the canary's workers gone", lambda: ready_pods(cluster, ns) == {stable: 3}, 120)
+
+
+def test_the_stable_revision_scales_with_the_pool_while_a_canary_is_stuck(
+    cluster: Cluster, ns: str, signed: Signed, rollout_operator: Operator
+) -> None:
+    """A rollout can last hours (or sit blocked): the pool's scaling must not wait for it. The
+    pool's floor doubles while the canary is blocked; the stable revision grows to it."""
+    stable = start_stable(cluster, ns, signed)
+    cluster.apply(model(ns, signed, key="other-key"))
+    wait_for("the canary blocked", lambda: phase_is(cluster, ns, "Blocked"), timeout=120)
+    cluster.kubectl(
+        "patch",
+        "tfpool",
+        POOL,
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"replicas": {"min": 6, "max": 6}}}),
+    )
+    wait_for(
+        "6 stable replicas ready",
+        lambda: ready_pods(cluster, ns)[stable] == 6,
+        timeout=120,
+    )
+    st = status(cluster, ns)
+    assert (st["rollout"]["phase"], weights(st)[stable]) == ("Blocked", 100)

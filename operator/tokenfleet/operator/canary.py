@@ -168,8 +168,9 @@ def advance(state: rollout.State, *, spec: Rollout, seen: Seen, now: float) -> A
 class PoolRevisions:
     """Which revisions' workers a pool runs while a rollout is under way.
 
-    ``kept`` (the stable revision) runs as it is: its spec is no longer in the manifest, so
-    its Deployments are neither re-rendered nor deleted. Beside it run :meth:`canary_replicas`
+    ``kept`` (the stable revision) runs on: its spec is no longer in the manifest, so its
+    Deployments are neither re-rendered nor deleted, only scaled with the pool
+    (``plan.kept_scale``). Beside it run :meth:`canary_replicas`
     workers of the spec's revision. Without a kept revision the spec's revision is placed
     normally, and other revisions' workers go once it is fully ready (promotion).
     """

@@ -125,6 +125,16 @@ class Kube:
             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
         )
 
+    def scale(self, namespace: str, name: str, replicas: int) -> None:
+        """Set a Deployment's replicas and nothing else (a merge patch: no other field moves)."""
+        self._call(
+            "PATCH",
+            _path("apps/v1", "Deployment", namespace, name),
+            body={"spec": {"replicas": replicas}},
+            content_type="application/merge-patch+json",
+            query=[("fieldManager", FIELD_MANAGER)],
+        )
+
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         try:
             self._call(

@@ -175,6 +175,8 @@ class Reconciler:
         )
         for manifest in decided.apply:
             await asyncio.to_thread(self.kube.apply, manifest)
+        for deployment, replicas in sorted(decided.scale.items()):
+            await asyncio.to_thread(self.kube.scale, ns, deployment, replicas)
         for stale in decided.delete:
             await asyncio.to_thread(self.kube.delete, "apps/v1", "Deployment", ns, stale)
         await self._report(body, "InferencePool", decided.status, decided.events, now)

@@ -48,6 +48,7 @@ class PoolPlan:
 
     apply: list[desired.Manifest]
     delete: list[str]  # worker Deployment names
+    scale: dict[str, int]  # worker Deployment name → replicas (the kept revision's, mid-rollout)
     status: dict[str, Any]
     events: list[Event]
 
@@ -100,8 +101,15 @@ def plan_pool(inputs: PoolInputs) -> PoolPlan:
     existing = {s.name: s.applied_hash for s in inputs.sets}
     apply = [m for m in common + workers if existing.get(m["metadata"]["name"]) != _hash(m)]
     delete = sorted(name for name in existing if name not in keep)
+    scale = (
+        kept_scale([s for s in inputs.sets if s.revision == running.kept], placed.per_zone)
+        if running.kept
+        else {}
+    )
     status = _status(inputs, health, placed, step, ready)
-    return PoolPlan(apply=apply, delete=delete, status=status, events=_events(inputs, status))
+    return PoolPlan(
+        apply=apply, delete=delete, scale=scale, status=status, events=_events(inputs, status)
+    )
 
 
 def _children(
@@ -114,7 +122,8 @@ def _children(
 ) -> tuple[list[desired.Manifest], set[str]]:
     """Worker Deployments to apply, and the names of every worker Deployment to keep."""
     owner = desired.Owner(kind="InferencePool", name=inputs.name, uid=inputs.uid)
-    if running.kept:  # a rollout: the stable revision runs as it is, the canary beside it
+    if running.kept:  # a rollout: the stable revision runs on (scaled: kept_scale), the canary
+        # beside it
         zone_names = [z for z, n in step.items() if n > 0] or list(step)  # healthy first
         workers = _workers(inputs, spread(running.canary_replicas(total), zone_names), owner)
         keep = {m["metadata"]["name"] for m in workers}
@@ -126,6 +135,30 @@ def _children(
         if s.revision != revision and inputs.model is not None and sum(ready.values()) < total:
             keep.add(s.name)
     return workers, keep
+
+
+def kept_scale(sets: Sequence[observed.WorkerSet], target: Mapping[str, int]) -> dict[str, int]:
+    """Replica counts that make the kept (stable) revision follow the pool's placement during a
+    rollout, and after a rollback until the spec changes: traffic and zone losses do not wait
+    for a canary. It stays at the full placement beside the canary, so a rollback is instant.
+
+    Its spec is gone from the manifest, so it can only grow in zones where it already runs: a
+    zone's share without a kept Deployment goes to the zones that have one. It goes straight to
+    the target (no make-before-break between zones, which would wait for a zone it cannot
+    start in)."""
+    by_zone: dict[str, list[observed.WorkerSet]] = {}
+    for s in sorted(sets, key=lambda s: s.name):
+        by_zone.setdefault(s.zone, []).append(s)
+    if not by_zone:
+        return {}
+    homeless = sum(n for z, n in target.items() if z not in by_zone)
+    extra = spread(homeless, [z for z in by_zone if target.get(z, 0) > 0] or list(by_zone))
+    out = {}
+    for zone, members in by_zone.items():
+        want = target.get(zone, 0) + extra.get(zone, 0)
+        shares = spread(want, [m.name for m in members])  # one per zone, unless interrupted
+        out.update({m.name: shares[m.name] for m in members if m.replicas != shares[m.name]})
+    return out
 
 
 def _hash(manifest: desired.Manifest) -> str:

@@ -1,5 +1,6 @@
 """The pool plan from values: children rendered per zone, applied only on change, an old revision
-kept until the new one is ready, status conditions and the events their changes deserve."""
+kept until the new one is ready, the stable revision scaled with the pool during a rollout,
+status conditions and the events their changes deserve."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Any
 import pytest
 
 from tokenfleet.api import labels
-from tokenfleet.api.deployment import ModelDeploymentSpec
+from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.operator import desired, models, observed, plan
+from tokenfleet.operator import canary, desired, models, observed, plan
+from tokenfleet.operator.policy import rollout
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
 ZONES = ("zone-a", "zone-b", "zone-c")
@@ -333,3 +335,70 @@ def test_a_change_of_demand_is_an_event() -> None:
         inputs(demand=9, autoscaling=block(9), metrics_ok=True, status=same.status)
     )
     assert [e.message for e in more.events if e.reason == "Autoscaled"] == ["QueueAge: 9 replicas"]
+
+
+def mid_rollout(phase: str = "Progressing") -> ModelDeploymentStatus:
+    state = rollout.State(phase=rollout.Phase(phase), stable="old", canary=REVISION, step=0)
+    decision = rollout.Decision(
+        state=state, weights={}, why=rollout.Why.HOLDING, message="", notable=False
+    )
+    return ModelDeploymentStatus.model_validate(canary.status_fields(decision))
+
+
+def stable_sets(per_zone: dict[str, int]) -> list[observed.WorkerSet]:
+    return [
+        observed.WorkerSet(name=f"p-{z}-old", zone=z, revision="old", replicas=n, applied_hash="x")
+        for z, n in per_zone.items()
+    ]
+
+
+@pytest.mark.parametrize("phase", ["Progressing", "RolledBack"])
+def test_the_stable_revision_follows_the_pool_during_a_rollout_and_after_a_rollback(
+    phase: str,
+) -> None:
+    """Demand rises mid-canary (or after a rollback, until the spec changes): the stable
+    revision grows with the placement; only its replicas change, its spec is not re-rendered."""
+    busier = POOL.model_copy(update={"replicas": POOL.replicas.model_copy(update={"min": 12})})
+    result = plan.plan_pool(
+        inputs(
+            spec=busier,
+            sets=stable_sets(dict.fromkeys(ZONES, 2)),
+            pods=pods(dict.fromkeys(ZONES, 2), revision="old"),
+            model_status=mid_rollout(phase),
+        )
+    )
+    assert result.scale == {f"p-{z}-old": 4 for z in ZONES}
+    assert all(m["metadata"]["labels"][labels.REVISION] == REVISION for m in as_manifests(result))
+    assert result.delete == []
+    if phase == "Progressing":
+        assert sum(applied_sets(result).values()) >= 1  # the canary beside it
+    else:
+        assert applied_sets(result) == {}
+
+
+def test_the_stable_revision_cannot_start_in_a_new_zone_so_its_share_moves() -> None:
+    """Stable runs only in zone-a and zone-b (zone-c came later): zone-c's share goes to them."""
+    stable: dict[str, Any] = {
+        "sets": stable_sets({"zone-a": 3, "zone-b": 3}),
+        "pods": pods({"zone-a": 3, "zone-b": 3}, revision="old"),
+    }
+    as_placed = plan.plan_pool(inputs(**stable, model_status=mid_rollout()))
+    assert as_placed.scale == {}  # 6 = 2 per zone, zone-c's 2 already on a and b
+    busier = POOL.model_copy(update={"replicas": POOL.replicas.model_copy(update={"min": 12})})
+    grown = plan.plan_pool(inputs(**stable, spec=busier, model_status=mid_rollout()))
+    assert grown.scale == {"p-zone-a-old": 6, "p-zone-b-old": 6}
+
+
+def test_a_steady_stable_revision_is_not_scaled_again() -> None:
+    result = plan.plan_pool(
+        inputs(
+            sets=stable_sets(dict.fromkeys(ZONES, 2)),
+            pods=pods(dict.fromkeys(ZONES, 2), revision="old"),
+            model_status=mid_rollout(),
+        )
+    )
+    assert result.scale == {}
+
+
+def as_manifests(result: plan.PoolPlan) -> list[dict[str, Any]]:
+    return [m for m in result.apply if m["kind"] == "Deployment"]
