@@ -428,6 +428,7 @@ def test_good_canary_steps_up_resumes_after_a_restart_and_is_promoted_once(
         assert weights(second) == {stable: 33, canary: 67}, second
         assert "CanaryStepPassed" in events(cluster, ns)
         assert second["rollout"]["lastAnalysis"].startswith("canary within thresholds")
+        assert second["rollout"]["lastAnalysisAt"].endswith("Z")  # survives the restart below
 
         # The operator dies mid-step; its successor resumes the same step, same hold.
         started_at = second["rollout"]["stepStartedAt"]

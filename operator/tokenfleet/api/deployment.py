@@ -298,6 +298,11 @@ class RolloutStatus(Model):
     last_analysis: str = Field(
         default="", description="Outcome of the latest canary analysis, for a human."
     )
+    last_analysis_at: str | None = Field(
+        default=None,
+        description="RFC 3339 time of the latest canary analysis; the next is due one analysis "
+        "interval later, also after an operator restart.",
+    )
 
 
 class ModelDeploymentStatus(Model):

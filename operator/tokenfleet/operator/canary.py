@@ -70,7 +70,9 @@ def state_of(status: ModelDeploymentStatus | None) -> rollout.State:
     )
 
 
-def status_fields(decision: rollout.Decision, *, last_analysis: str = "") -> dict[str, Any]:
+def status_fields(
+    decision: rollout.Decision, *, last_analysis: str = "", last_analysis_at: float = 0.0
+) -> dict[str, Any]:
     """The status keys (wire form) that carry the machine state and the decision."""
     state = decision.state
     return {
@@ -85,8 +87,23 @@ def status_fields(decision: rollout.Decision, *, last_analysis: str = "") -> dic
             reason=state.reason,
             message=decision.message,
             last_analysis=last_analysis,
+            last_analysis_at=_stamp(last_analysis_at) if last_analysis_at else None,
         ).to_wire(),
     }
+
+
+def analysis_due(
+    status: ModelDeploymentStatus | None, *, now: float, interval: float, remembered: float = 0.0
+) -> bool:
+    """Whether a canary analysis is due: one interval after the latest, whether this process
+    remembers it or only status does (a restarted operator does not analyse at once)."""
+    recorded = status.rollout.last_analysis_at if status and status.rollout else None
+    return now - max(remembered, _seconds(recorded)) >= interval
+
+
+def analysed_at(status: ModelDeploymentStatus | None) -> float:
+    """Unix seconds of the latest analysis in status (0 when none)."""
+    return _seconds(status.rollout.last_analysis_at) if status and status.rollout else 0.0
 
 
 def verification(pods: Sequence[observed.WorkerPod], revision: str) -> rollout.Observation | None:

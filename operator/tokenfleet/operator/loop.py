@@ -270,11 +270,14 @@ class Reconciler:
         takes traffic; None when not due, or when Prometheus did not answer (no verdict)."""
         meta = body["metadata"]
         ns, key = meta["namespace"], f"{meta['namespace']}/{meta['name']}"
-        state = canary.state_of(_model_status(body))
+        current = _model_status(body)
+        state = canary.state_of(current)
         live = state.phase in (rollout.Phase.PROGRESSING, rollout.Phase.PAUSED)
         interval = spec.rollout.analysis.interval_seconds
         at = now.timestamp()
-        if self.signals is None or not live or at - self.analysed.get(key, 0.0) < interval:
+        remembered = self.analysed.get(key, 0.0)  # status may lag this process's own write
+        due = canary.analysis_due(current, now=at, interval=interval, remembered=remembered)
+        if self.signals is None or not live or not due:
             return None
         self.analysed[key] = at
         window = round(max(interval, self.config.analysis_window_seconds))

@@ -211,7 +211,12 @@ def plan_model(inputs: ModelInputs) -> tuple[dict[str, Any], list[Event]]:
         for t, (st, r, m) in verdicts
     ]
     analysed = inputs.judgment.message if inputs.judgment else before.last_analysis
-    fields = canary.status_fields(moved.decision, last_analysis=analysed)
+    # a judgment counts while a canary takes traffic (the loop only asks for one then)
+    measuring = canary.state_of(old).phase in (rollout.Phase.PROGRESSING, rollout.Phase.PAUSED)
+    analysed_at = now.timestamp() if inputs.judgment and measuring else canary.analysed_at(old)
+    fields = canary.status_fields(
+        moved.decision, last_analysis=analysed, last_analysis_at=analysed_at
+    )
     fields["rollout"]["message"] = message
     status = {
         "observedGeneration": gen,

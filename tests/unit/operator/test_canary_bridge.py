@@ -171,3 +171,19 @@ def _pod(annotations: dict[str, str], statuses: list[dict[str, object]]) -> dict
 )
 def test_worker_pod_carries_the_verdict_text(obj: dict[str, object], expected: str) -> None:
     assert observed.worker_pod(obj).verdict == expected
+
+
+def test_the_next_analysis_is_due_an_interval_after_the_last_even_after_a_restart() -> None:
+    state = State(phase=Phase.PROGRESSING, stable="m-aaa", canary="m-bbb", step_started=NOW)
+    decision = rollout.Decision(
+        state=state, weights={}, why=rollout.Why.HOLDING, message="m", notable=False
+    )
+    wire = canary.status_fields(decision, last_analysis="ok", last_analysis_at=NOW + 30)
+    status = ModelDeploymentStatus.model_validate(wire)
+    assert canary.analysed_at(status) == NOW + 30  # round-trips through status
+    # a restarted operator remembers nothing, and still waits out the interval
+    assert not canary.analysis_due(status, now=NOW + 50, interval=60)
+    assert canary.analysis_due(status, now=NOW + 90, interval=60)
+    # this process's own memory counts when status lags its write
+    assert not canary.analysis_due(status, now=NOW + 100, interval=60, remembered=NOW + 80)
+    assert canary.analysis_due(None, now=NOW, interval=60)  # never analysed: due at once
