@@ -155,7 +155,9 @@ class NodeAgent:
             self._sims.clear()
             for sim in leaving:
                 sim.server.close()
-            await asyncio.to_thread(processes.stop, [s.child for s in leaving], grace_seconds=5.0)
+            # not in a worker thread: at shutdown the pool may be busy (verifications) and this
+            # must not queue behind it; blocking the loop for the grace period is fine now
+            processes.stop([s.child for s in leaving], grace_seconds=5.0)
             await self._session.close()
 
     def simulators(self) -> dict[str, simulated.SimSpec]:

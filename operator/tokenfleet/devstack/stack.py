@@ -36,6 +36,7 @@ log = logging.getLogger("tokenfleet.devstack")
 
 REPO = Path(__file__).resolve().parents[3]
 HEALTH_TIMEOUT_SECONDS = 90.0
+AGENT_STOP_SECONDS = 20.0  # its simulators get 5 s of grace; the rest is margin
 
 
 class StackError(Exception):
@@ -189,12 +190,16 @@ class Stack:
                     await self._start_platform(session)
                 self._announce(started)
                 await stop.wait()
+                log.info("stopping")
                 agent_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await agent_task
+                # bounded: the control plane must go down even if the agent's teardown hangs
+                _, pending = await asyncio.wait({agent_task}, timeout=AGENT_STOP_SECONDS)
+                if pending:
+                    log.warning("node agent still stopping after %.0f s", AGENT_STOP_SECONDS)
         finally:
             info_path(self.options.state_dir).unlink(missing_ok=True)
             processes.stop(list(reversed(self._children)))
+            log.info("stopped")
 
     def _prepare_files(self) -> str:
         for folder in (self.files.pki, self.files.logs, self.files.etcd_data):
