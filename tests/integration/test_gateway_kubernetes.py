@@ -55,20 +55,29 @@ def create_key(cluster: Cluster, ns: str, tenant: str, *extra: str) -> str:
     return done.stdout.strip()
 
 
-def deploy(cluster: Cluster, ns: str) -> None:
+def deploy(
+    cluster: Cluster,
+    ns: str,
+    *,
+    served: str = "kube-model",
+    aliases: tuple[str, ...] = ("kube",),
+    zones: tuple[str, ...] = ("zone-a", "zone-b", "zone-c"),
+    replicas: tuple[int, int] = (3, 6),
+) -> None:
+    """A pool (kpool), a model on it (kmodel) and a tenant (team) allowed to call it."""
     cluster.apply(
         manifest(
             "InferencePool",
             "kpool",
             ns,
-            {"zones": {"names": ["zone-a", "zone-b", "zone-c"]}, "replicas": {"min": 3, "max": 6}},
+            {"zones": {"names": list(zones)}, "replicas": {"min": replicas[0], "max": replicas[1]}},
         ),
         manifest(
             "ModelDeployment",
             "kmodel",
             ns,
             {
-                "model": {"name": "kube-model", "aliases": ["kube"]},
+                "model": {"name": served, "aliases": list(aliases)},
                 "pools": ["kpool"],
                 "artifact": {
                     "uri": "file:///m",
@@ -81,7 +90,7 @@ def deploy(cluster: Cluster, ns: str) -> None:
             "Tenant",
             "team",
             ns,
-            {"apiKeySecretRef": {"name": "team-keys"}, "allowedModels": ["kube-model"]},
+            {"apiKeySecretRef": {"name": "team-keys"}, "allowedModels": [served]},
         ),
     )
 
@@ -250,34 +259,7 @@ def test_two_teams_each_reach_their_own_model_of_one_name(
     with namespace(cluster, f"{ns}-b") as other:
         keys = {}
         for team in (ns, other):
-            cluster.apply(
-                manifest(
-                    "InferencePool",
-                    "pool",
-                    team,
-                    {"zones": {"names": ["zone-a"]}, "replicas": {"min": 1, "max": 1}},
-                ),
-                manifest(
-                    "ModelDeployment",
-                    "chat",
-                    team,
-                    {
-                        "model": {"name": served},
-                        "pools": ["pool"],
-                        "artifact": {
-                            "uri": "file:///m",
-                            "digest": "sha256:" + "e" * 64,
-                            "trust": {"publicKey": {"name": "k"}},
-                        },
-                    },
-                ),
-                manifest(
-                    "Tenant",
-                    "team",
-                    team,
-                    {"apiKeySecretRef": {"name": "team-keys"}, "allowedModels": [served]},
-                ),
-            )
+            deploy(cluster, team, served=served, aliases=(), zones=("zone-a",), replicas=(1, 1))
             keys[team] = create_key(cluster, team, "team")
         wait_for("2 endpoints", lambda: endpoints_metric(gateway, served) == 2, timeout=90)
         for team, key in keys.items():
@@ -303,4 +285,4 @@ def test_two_teams_each_reach_their_own_model_of_one_name(
                     ),
                     timeout=10,
                 )
-                assert line["pool"] == f"{team}/pool", line
+                assert line["pool"] == f"{team}/kpool", line
