@@ -6,8 +6,9 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 export TOKENFLEET_CACHE ?= $(HOME)/.cache/tokenfleet
-# Debian packages the platform runs, as command:package (tools/preflight.sh installs them).
-export TOKENFLEET_APT := redis-server:redis-server prometheus:prometheus
+# Debian packages the platform runs (and gcc for make native), as command:package
+# (tools/preflight.sh installs them).
+export TOKENFLEET_APT := redis-server:redis-server prometheus:prometheus gcc:build-essential
 
 .PHONY: help up down status test unit integration lint crds bench clean preflight binaries native
 

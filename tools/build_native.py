@@ -60,7 +60,9 @@ def build(out: Path) -> None:
             )
         finally:
             os.chdir(cwd)
-        (work / "lib" / native.DONE).write_text(native.key() + "\n")
+        if native.key() != out.name:
+            raise SystemExit("the compiled sources changed during the build: run it again")
+        (work / "lib" / native.DONE).write_text(out.name + "\n")
         if out.exists():  # another build finished first: same sources, same result
             return
         (work / "lib").rename(out)

@@ -29,6 +29,15 @@ need=()
 for cmd in "${!apt_packages[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || [ -x "/usr/bin/$cmd" ] || need+=("${apt_packages[$cmd]}")
 done
+# make native compiles the hot paths with mypyc: a C compiler and the interpreter's headers.
+if command -v "$py" >/dev/null 2>&1 && ! "$py" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+  if [ "$("$py" -c 'import sys; print(sys.prefix)')" = /usr ]; then
+    need+=(python3-dev)
+  else
+    missing+=("Python headers (Python.h) for $py: reinstall that Python with its development files.")
+  fi
+fi
+
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing Debian packages: ${need[*]}" >&2

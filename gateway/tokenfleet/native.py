@@ -21,6 +21,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import tokenfleet  # the namespace package: its portions are the source roots
@@ -90,9 +91,19 @@ def _fresh_build() -> Path | None:
         spec = importlib.util.spec_from_file_location(name, libraries[0]) if libraries else None
         if spec is None or spec.loader is None:
             return None
-        library = importlib.util.module_from_spec(spec)
-        sys.modules[name] = library
-        spec.loader.exec_module(library)
+        try:
+            library = importlib.util.module_from_spec(spec)  # dlopen happens here
+            sys.modules[name] = library
+            spec.loader.exec_module(library)
+        except (ImportError, OSError) as exc:  # damaged, or built for another machine
+            sys.modules.pop(name, None)
+            warnings.warn(
+                f"compiled cores in {directory} do not load ({exc}); running interpreted "
+                f"(delete that folder and run `make native`)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
     return directory
 
 

@@ -4,7 +4,9 @@ for the exact sources it was compiled from (an edited file runs interpreted, nev
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Iterator
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 import pytest
@@ -67,3 +69,18 @@ def test_the_switch_turns_the_build_off(
 ) -> None:
     monkeypatch.setenv("TOKENFLEET_NATIVE", "0")
     assert native.search_path("tokenfleet.sim") == []
+
+
+def test_a_damaged_build_falls_back_to_the_sources_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_lookup: None
+) -> None:
+    monkeypatch.setenv("TOKENFLEET_CACHE", str(tmp_path))
+    monkeypatch.delenv("TOKENFLEET_NATIVE", raising=False)
+    monkeypatch.delitem(sys.modules, f"{native.GROUP}__mypyc", raising=False)
+    build = native.build_dir()
+    build.mkdir(parents=True)
+    (build / f"{native.GROUP}__mypyc{EXTENSION_SUFFIXES[0]}").write_bytes(b"not a library")
+    (build / native.DONE).write_text(build.name + "\n")
+    with pytest.warns(RuntimeWarning, match="do not load"):
+        assert native.search_path("tokenfleet.sim") == []
+    assert f"{native.GROUP}__mypyc" not in sys.modules

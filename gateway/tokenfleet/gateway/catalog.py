@@ -81,6 +81,9 @@ class Catalog:
     """Cluster-wide: a served name claimed in several namespaces is the first by namespace/name."""
     local: Mapping[tuple[str, str], Model] = dataclasses.field(default_factory=dict)
     """By (namespace, served name): a tenant's own namespace answers first."""
+    claimed: frozenset[tuple[str, str]] = frozenset()
+    """(namespace, served name) of every ModelDeployment, also those whose spec does not parse:
+    a namespace's broken model is unavailable to its tenants, never another team's instead."""
     pools: Mapping[str, Pool] = dataclasses.field(default_factory=dict)
     tenants_by_key_hash: Mapping[str, Tenant] = dataclasses.field(default_factory=dict)
     endpoints: Snapshot = dataclasses.field(default_factory=Snapshot)
@@ -91,11 +94,13 @@ class Catalog:
     def model(self, name: str, namespace: str = "") -> Model | None:
         """What ``name`` means to a caller in ``namespace``: its own namespace's model first,
         so a team's model is never shadowed by another team's of the same name."""
-        return self.local.get((namespace, name)) or self.models.get(name)
+        if (namespace, name) in self.claimed:
+            return self.local.get((namespace, name))
+        return self.models.get(name)
 
     def visible(self, namespace: str = "") -> dict[str, Model]:
         """Every served name as a caller in ``namespace`` resolves it."""
-        out = dict(self.models)
+        out = {n: m for n, m in self.models.items() if (namespace, n) not in self.claimed}
         out.update({n: m for (ns, n), m in self.local.items() if ns == namespace})
         return out
 
@@ -230,6 +235,16 @@ def _status_of(raw: Mapping[str, Any]) -> ModelDeploymentStatus | None:
         return None
 
 
+def _served_names(obj: Mapping[str, Any]) -> list[str]:
+    """The names a ModelDeployment claims, read leniently (its spec may not parse)."""
+    model = (obj.get("spec") or {}).get("model") or {}
+    if not isinstance(model, Mapping):
+        return []
+    aliases = model.get("aliases") or []
+    names = [model.get("name"), *(aliases if isinstance(aliases, list) else [])]
+    return [n for n in names if isinstance(n, str) and n]
+
+
 def from_objects(
     *,
     pools: Iterable[Mapping[str, Any]],
@@ -253,9 +268,11 @@ def from_objects(
             continue
     model_map: dict[str, Model] = {}
     local: dict[tuple[str, str], Model] = {}
+    claimed: set[tuple[str, str]] = set()
     # a served name claimed twice: the first by namespace/name wins, cluster-wide and within a
     # namespace; callers in a namespace that claims it get their own (Catalog.model)
     for obj in sorted(models, key=key):
+        claimed.update((obj["metadata"]["namespace"], n) for n in _served_names(obj))
         try:
             raw_status = obj.get("status") or {}
             found = models_of(
@@ -283,6 +300,7 @@ def from_objects(
     return Catalog(
         models=model_map,
         local=local,
+        claimed=frozenset(claimed),
         pools=pool_map,
         tenants_by_key_hash=by_hash,
         endpoints=endpoints_of(pods, model_map, local),

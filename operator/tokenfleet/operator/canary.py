@@ -97,13 +97,19 @@ def analysis_due(
 ) -> bool:
     """Whether a canary analysis is due: one interval after the latest, whether this process
     remembers it or only status does (a restarted operator does not analyse at once)."""
-    recorded = status.rollout.last_analysis_at if status and status.rollout else None
-    return now - max(remembered, _seconds(recorded)) >= interval
+    recorded = analysed_at(status)
+    if recorded > now:  # written by a clock ahead of ours: it says nothing about our interval
+        recorded = 0.0
+    return now - max(remembered, recorded) >= interval
 
 
 def analysed_at(status: ModelDeploymentStatus | None) -> float:
-    """Unix seconds of the latest analysis in status (0 when none)."""
-    return _seconds(status.rollout.last_analysis_at) if status and status.rollout else 0.0
+    """Unix seconds of the latest analysis in status (0 when none, or unreadable: an edited
+    status must not stop the rollout)."""
+    try:
+        return _seconds(status.rollout.last_analysis_at) if status and status.rollout else 0.0
+    except ValueError:
+        return 0.0
 
 
 def verification(pods: Sequence[observed.WorkerPod], revision: str) -> rollout.Observation | None:

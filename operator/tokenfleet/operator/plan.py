@@ -99,7 +99,15 @@ def plan_pool(inputs: PoolInputs) -> PoolPlan:
     step = placement.transition(target=placed.per_zone, zones=zone_list)
     workers, keep = _children(inputs, running, step=step, total=placed.total, ready=ready)
     existing = {s.name: s.applied_hash for s in inputs.sets}
-    apply = [m for m in common + workers if existing.get(m["metadata"]["name"]) != _hash(m)]
+    # the replica count is checked apart from the hash: kept_scale's patches move it without
+    # touching the hash, and a revision that is placed again must get its count back
+    replicas = {s.name: s.replicas for s in inputs.sets}
+    apply = [
+        m
+        for m in common + workers
+        if existing.get(m["metadata"]["name"]) != _hash(m)
+        or (m["kind"] == "Deployment" and replicas[m["metadata"]["name"]] != m["spec"]["replicas"])
+    ]
     delete = sorted(name for name in existing if name not in keep)
     scale = (
         kept_scale([s for s in inputs.sets if s.revision == running.kept], placed.per_zone)
@@ -151,8 +159,11 @@ def kept_scale(sets: Sequence[observed.WorkerSet], target: Mapping[str, int]) ->
         by_zone.setdefault(s.zone, []).append(s)
     if not by_zone:
         return {}
+    hosts = [z for z in by_zone if target.get(z, 0) > 0]  # placement gives lost zones 0
+    if not hosts:
+        return {}  # it runs only in zones placement gave up: nowhere healthy to grow
     homeless = sum(n for z, n in target.items() if z not in by_zone)
-    extra = spread(homeless, [z for z in by_zone if target.get(z, 0) > 0] or list(by_zone))
+    extra = spread(homeless, hosts)
     out = {}
     for zone, members in by_zone.items():
         want = target.get(zone, 0) + extra.get(zone, 0)

@@ -120,3 +120,19 @@ def test_a_tenants_namespace_comes_from_its_key() -> None:
     assert tenant.namespace == "team-a"
     static = catalog.Tenant(key="app", allowed_models=frozenset(), priority_class="", limits=limits)
     assert static.namespace == ""
+
+
+def test_a_namespaces_broken_model_is_unavailable_to_it_not_replaced_by_anothers() -> None:
+    good = {**MODEL_SPEC, "model": {"name": "chat"}, "pools": ["online"]}
+    broken = {"model": {"name": "chat"}, "pools": ["online"]}  # no artifact: does not parse
+    cat = catalog.from_objects(
+        pools=[],
+        models=[in_ns("team-a", "chat", broken), in_ns("team-b", "chat", good)],
+        tenants=[],
+        secrets=[],
+        pods=[],
+    )
+    assert cat.model("chat", "team-a") is None
+    assert "chat" not in cat.visible("team-a")
+    elsewhere = cat.model("chat", "team-c")
+    assert elsewhere is not None and elsewhere.namespace == "team-b"

@@ -187,3 +187,16 @@ def test_the_next_analysis_is_due_an_interval_after_the_last_even_after_a_restar
     # this process's own memory counts when status lags its write
     assert not canary.analysis_due(status, now=NOW + 100, interval=60, remembered=NOW + 80)
     assert canary.analysis_due(None, now=NOW, interval=60)  # never analysed: due at once
+
+
+def test_an_unreadable_or_future_analysis_time_does_not_stall_the_canary() -> None:
+    status = ModelDeploymentStatus.model_validate(
+        {"rollout": {"phase": "Progressing", "lastAnalysisAt": "yesterday-ish"}}
+    )
+    assert canary.analysed_at(status) == 0.0
+    assert canary.analysis_due(status, now=NOW, interval=60)
+    ahead = ModelDeploymentStatus.model_validate(
+        {"rollout": {"phase": "Progressing", "lastAnalysisAt": "2099-01-01T00:00:00Z"}}
+    )
+    assert canary.analysis_due(ahead, now=NOW, interval=60)  # another clock's: not ours to wait
+    assert not canary.analysis_due(ahead, now=NOW + 30, interval=60, remembered=NOW)

@@ -402,3 +402,31 @@ def test_a_steady_stable_revision_is_not_scaled_again() -> None:
 
 def as_manifests(result: plan.PoolPlan) -> list[dict[str, Any]]:
     return [m for m in result.apply if m["kind"] == "Deployment"]
+
+
+def test_a_count_moved_by_kept_scale_is_set_back_when_the_revision_is_placed_again() -> None:
+    """After a rollback the spec is reverted to the stable revision: its Deployments are placed
+    normally again, and the counts kept_scale patched (the hash unchanged) are re-applied."""
+    first = plan.plan_pool(inputs())
+    patched = [
+        observed.WorkerSet(
+            name=s.name, zone=s.zone, revision=s.revision, replicas=4, applied_hash=s.applied_hash
+        )
+        for s in as_sets(first)
+    ]
+    again = plan.plan_pool(inputs(sets=patched, pods=pods(dict.fromkeys(ZONES, 4))))
+    assert applied_sets(again) == dict.fromkeys(ZONES, 2)
+
+
+def test_a_stable_revision_only_in_lost_zones_is_left_alone() -> None:
+    """Not grown where it cannot run (a healthy zone-a would take all 6: the test tells)."""
+    lost = [node("zone-a", ready=False), node("zone-b"), node("zone-c")]
+    result = plan.plan_pool(
+        inputs(
+            nodes=lost,
+            sets=stable_sets({"zone-a": 3}),
+            pods=pods({"zone-a": 3}, revision="old", ready=False),
+            model_status=mid_rollout(),
+        )
+    )
+    assert result.scale == {}
