@@ -3,6 +3,9 @@ is refused with the expected, actionable message; printer columns and short name
 
 from __future__ import annotations
 
+import signal
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +100,19 @@ def test_printer_columns_show_in_kubectl_get(cluster: Cluster, ns: str) -> None:
     assert "777" in tenants and "interactive" in tenants
 
 
-def test_status_subresource_accepts_conditions_and_spec_stays(cluster: Cluster, ns: str) -> None:
+@pytest.fixture
+def operator_paused(operator: subprocess.Popen[bytes]) -> Iterator[None]:
+    """The shared operator, if this file runs after it started, writes pool status too."""
+    operator.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        operator.send_signal(signal.SIGCONT)
+
+
+def test_status_subresource_accepts_conditions_and_spec_stays(
+    cluster: Cluster, ns: str, operator_paused: None
+) -> None:
     cluster.apply(manifest("InferencePool", "st", ns, BASE["InferencePool"]))
     status = {
         "status": {
