@@ -7,7 +7,7 @@ whole; request handlers read it without locks.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tokenfleet.api import labels
@@ -186,12 +186,10 @@ def key_hashes(secret: Mapping[str, Any]) -> list[str]:
 
 
 def endpoints_of(
-    pods: Iterable[Mapping[str, Any]],
-    models: Mapping[str, Model],
-    local: Mapping[tuple[str, str], Model] | None = None,
+    pods: Iterable[Mapping[str, Any]], resolve: Callable[[str, str], Model | None]
 ) -> Snapshot:
     """Ready, not terminating worker pods → endpoints (pods are watched, not EndpointSlices);
-    a pod serves its own namespace's model of its served name."""
+    a pod serves its served name as its namespace resolves it (``Catalog.model``)."""
     found = []
     for pod in pods:
         meta, status = pod.get("metadata", {}), pod.get("status", {})
@@ -203,7 +201,7 @@ def endpoints_of(
         if not ready or meta.get("deletionTimestamp") or not status.get("podIP"):
             continue
         served = pod_labels.get(labels.MODEL, "")
-        model = (local or {}).get((meta.get("namespace", ""), served)) or models.get(served)
+        model = resolve(served, meta.get("namespace", ""))
         names = (model.names or frozenset({served})) if model else frozenset({served})
         port = next(
             (
@@ -297,11 +295,11 @@ def from_objects(
             f"{obj['metadata']['namespace']}/{spec.api_key_secret_ref.name}", []
         ):
             by_hash.setdefault(h, tenant)
-    return Catalog(
+    catalog = Catalog(
         models=model_map,
         local=local,
         claimed=frozenset(claimed),
         pools=pool_map,
         tenants_by_key_hash=by_hash,
-        endpoints=endpoints_of(pods, model_map, local),
     )
+    return catalog.with_endpoints(endpoints_of(pods, catalog.model))
