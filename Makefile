@@ -5,6 +5,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+# The source roots (one per role, see README): they must match pyproject's hatch sources.
+ROOTS  := api operator gateway worker-image fleet devstack
 export TOKENFLEET_CACHE ?= $(HOME)/.cache/tokenfleet
 # Debian packages the platform runs (and gcc for make native), as command:package
 # (tools/preflight.sh installs them).
@@ -52,8 +54,8 @@ status: $(VENV)/.installed
 	@$(PY) -m tokenfleet.devstack status
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check operator gateway tests bench tools
-	$(VENV)/bin/mypy operator/tokenfleet gateway/tokenfleet tools/build_native.py
+	$(VENV)/bin/ruff check $(ROOTS) tests bench tools
+	$(VENV)/bin/mypy $(addsuffix /tokenfleet,$(ROOTS)) tools/build_native.py
 	$(VENV)/bin/lint-imports
 	$(PY) -m tokenfleet.api.crd --check crds
 

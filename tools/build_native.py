@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import tokenfleet
 from tokenfleet import native
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,9 +33,9 @@ def build(out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="build-", dir=out.parent))
     try:
-        # mypy resolves the project's two source roots from MYPYPATH; setuptools must not see
+        # mypy resolves the project's source roots from MYPYPATH; setuptools must not see
         # the repo's pyproject.toml (it is hatchling's), so the build runs in its own folder.
-        os.environ["MYPYPATH"] = os.pathsep.join(str(REPO / r) for r in ("operator", "gateway"))
+        os.environ["MYPYPATH"] = os.pathsep.join(str(Path(p).parent) for p in tokenfleet.__path__)
         cwd = Path.cwd()
         os.chdir(work)
         try:

@@ -35,4 +35,4 @@ def test_model_signing_version_satisfies_the_project_range() -> None:
 
 def test_entrypoint_module_exists() -> None:
     assert 'ENTRYPOINT ["python3", "-m", "tokenfleet.worker"]' in DOCKERFILE
-    assert (REPO / "operator" / "tokenfleet" / "worker" / "__main__.py").is_file()
+    assert (REPO / "worker-image" / "tokenfleet" / "worker" / "__main__.py").is_file()

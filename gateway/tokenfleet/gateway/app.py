@@ -21,7 +21,7 @@ from tokenfleet.gateway import router
 from tokenfleet.gateway.completion import Completion, authenticate, reject
 from tokenfleet.gateway.config import Settings
 from tokenfleet.gateway.metrics import Metrics
-from tokenfleet.gateway.policy import requests
+from tokenfleet.gateway.policy import bodies
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
@@ -31,7 +31,7 @@ access_log = logging.getLogger("tokenfleet.gateway.access")
 log = logging.getLogger("tokenfleet.gateway")
 
 
-async def _completion(request: web.Request, kind: requests.Kind) -> web.StreamResponse:
+async def _completion(request: web.Request, kind: bodies.Kind) -> web.StreamResponse:
     completion = Completion(request, kind)
     try:
         return await completion.run()

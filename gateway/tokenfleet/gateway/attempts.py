@@ -22,7 +22,7 @@ from aiohttp import web
 
 from tokenfleet.gateway import proxy
 from tokenfleet.gateway.catalog import Model, Pool
-from tokenfleet.gateway.policy import prefix, requests, routing
+from tokenfleet.gateway.policy import bodies, prefix, routing
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.state import GatewayState
 
@@ -34,7 +34,7 @@ REVISION_HEADER = "X-TokenFleet-Revision"
 class Work:
     """What every attempt sends."""
 
-    parsed: requests.Parsed
+    parsed: bodies.Parsed
     model: Model
     pool: Pool
     body: Mapping[str, Any]

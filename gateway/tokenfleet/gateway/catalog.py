@@ -12,7 +12,7 @@ from typing import Any
 
 from tokenfleet.api import labels
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
-from tokenfleet.api.pool import AdmissionClass, InferencePoolSpec, Routing
+from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.api.tenant import TenantSpec
 from tokenfleet.gateway.policy import quotas
 from tokenfleet.gateway.policy.admission import ClassPolicy
@@ -105,35 +105,13 @@ class Catalog:
         return out
 
 
-def class_policy(c: AdmissionClass) -> ClassPolicy:
-    return ClassPolicy(
-        name=c.name,
-        priority=c.priority,
-        max_queue_depth=c.max_queue_depth,
-        max_queue_age=c.max_queue_age_ms / 1000,
-        default_deadline=c.default_deadline_ms / 1000,
-        reserved_share=c.reserved_percent / 100,
-        degraded_max_tokens=c.degraded_max_tokens,
-    )
-
-
-def routing_policy(r: Routing) -> RoutingPolicy:
-    return RoutingPolicy(
-        kind=r.policy,
-        prefix=r.prefix_weight,
-        load=r.load_weight,
-        zone=r.zone_weight,
-        bounded_load=r.bounded_load,
-        sample=r.sample_size,
-    )
-
 
 def pool_of(key: str, spec: InferencePoolSpec) -> Pool:
     return Pool(
         key=key,
-        classes={c.name: class_policy(c) for c in spec.admission.classes},
+        classes={c.name: ClassPolicy.of(c) for c in spec.admission.classes},
         max_input_tokens=spec.max_input_tokens,
-        routing=routing_policy(spec.routing),
+        routing=RoutingPolicy.of(spec.routing),
         dedicated_to=frozenset(spec.routing.classes),
     )
 

@@ -24,7 +24,7 @@ from aiohttp import web
 from tokenfleet.gateway import attempts, keys, proxy
 from tokenfleet.gateway.catalog import Catalog, Model, Pool, Tenant
 from tokenfleet.gateway.config import Settings
-from tokenfleet.gateway.policy import admission, deadlines, requests, routing
+from tokenfleet.gateway.policy import admission, bodies, deadlines, routing
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.policy.salt import cache_salt
 from tokenfleet.gateway.state import STATE
@@ -102,7 +102,7 @@ def _new_request_id() -> str:
 class Completion:
     """One completion request on its way through the gateway."""
 
-    def __init__(self, request: web.Request, kind: requests.Kind) -> None:
+    def __init__(self, request: web.Request, kind: bodies.Kind) -> None:
         self.request = request
         self.kind = kind
         self.state = request.app[STATE]
@@ -127,7 +127,7 @@ class Completion:
             return self.refuse(
                 Rejected(reason=Reason.MALFORMED_JSON, message="the request body is not valid JSON")
             )
-        parsed = requests.parse(decoded, self.kind)
+        parsed = bodies.parse(decoded, self.kind)
         if isinstance(parsed, Rejected):
             return self.refuse(parsed)
         self.log["model"] = parsed.model
@@ -148,7 +148,7 @@ class Completion:
                     message=f"model '{parsed.model}' has no pool configured",
                 )
             )
-        limit = requests.check_limits(
+        limit = bodies.check_limits(
             parsed, max_input_tokens=pool.max_input_tokens, max_tokens_cap=tenant.max_tokens_cap
         )
         if limit is not None:
@@ -177,7 +177,7 @@ class Completion:
 
     async def served(
         self,
-        parsed: requests.Parsed,
+        parsed: bodies.Parsed,
         *,
         tenant: Tenant,
         model: Model,
@@ -217,7 +217,7 @@ class Completion:
     async def admitted(
         self,
         *,
-        parsed: requests.Parsed,
+        parsed: bodies.Parsed,
         tenant: Tenant,
         model: Model,
         pool: Pool,
@@ -278,7 +278,7 @@ class Completion:
 
     async def proxied(
         self,
-        parsed: requests.Parsed,
+        parsed: bodies.Parsed,
         *,
         tenant: Tenant,
         model: Model,

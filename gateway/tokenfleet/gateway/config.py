@@ -19,7 +19,9 @@ from tokenfleet.api.base import Model as ApiModel
 from tokenfleet.api.pool import Admission, Routing
 from tokenfleet.api.tenant import TenantSpec
 from tokenfleet.gateway import catalog
+from tokenfleet.gateway.policy.admission import ClassPolicy
 from tokenfleet.gateway.policy.routing import Endpoint, Snapshot
+from tokenfleet.gateway.policy.routing import Policy as RoutingPolicy
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,9 +144,9 @@ class StaticConfig(ApiModel):
         pools = {
             p.name: catalog.Pool(
                 key=p.name,
-                classes={c.name: catalog.class_policy(c) for c in p.admission.classes},
+                classes={c.name: ClassPolicy.of(c) for c in p.admission.classes},
                 max_input_tokens=p.max_input_tokens,
-                routing=catalog.routing_policy(p.routing),
+                routing=RoutingPolicy.of(p.routing),
                 dedicated_to=frozenset(p.routing.classes),
             )
             for p in self.pools

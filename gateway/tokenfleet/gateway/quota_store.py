@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Any, Literal
 
-from tokenfleet.gateway import resp
+from tokenfleet.gateway import redis_client
 from tokenfleet.gateway.policy import quotas
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
@@ -38,8 +38,8 @@ class QuotaStore:
     def __init__(
         self, *, url: str | None, failure: Literal["open", "closed"], replicas: int
     ) -> None:
-        self._redis = resp.RespClient(url, timeout=REDIS_TIMEOUT_SECONDS) if url else None
-        self._script = resp.Script(self._redis, quotas.LUA) if self._redis else None
+        self._redis = redis_client.RespClient(url, timeout=REDIS_TIMEOUT_SECONDS) if url else None
+        self._script = redis_client.Script(self._redis, quotas.LUA) if self._redis else None
         self._failure = failure
         self._share = 1.0 / max(1, replicas)
         self._local: dict[str, quotas.Buckets] = {}
@@ -76,7 +76,7 @@ class QuotaStore:
         if self._use_redis():
             try:
                 answer = await self._call("reserve", tenant, limits, tokens, 0)
-            except (resp.RespError, OSError, TimeoutError) as exc:
+            except (redis_client.RespError, OSError, TimeoutError) as exc:
                 self._mark(False, exc)
             else:
                 self._mark(True)
@@ -116,7 +116,7 @@ class QuotaStore:
             return
         try:
             await self._call("settle", reservation.tenant, reservation.limits, 0, refund)
-        except (resp.RespError, OSError, TimeoutError) as exc:
+        except (redis_client.RespError, OSError, TimeoutError) as exc:
             # The concurrency slot expires by TTL; token counts refill by themselves.
             self._mark(False, exc)
 

@@ -18,7 +18,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from tokenfleet.operator.reporting import Event
+from tokenfleet.operator.plan.reporting import Event
 
 FIELD_MANAGER = "tokenfleet-operator"
 _RETRIES = 3

@@ -22,11 +22,20 @@ from kubernetes.client.exceptions import ApiException
 
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.operator import canary, desired, k8s, models, observed, plan, reporting, tenants
+from tokenfleet.operator import k8s
 from tokenfleet.operator.config import OperatorConfig
 from tokenfleet.operator.k8s import Kube
+from tokenfleet.operator.plan import (
+    canary,
+    desired,
+    model_status,
+    observed,
+    pools,
+    reporting,
+    tenant_status,
+)
+from tokenfleet.operator.plan.reporting import Event
 from tokenfleet.operator.policy import analysis, rollout, scaling
-from tokenfleet.operator.reporting import Event
 from tokenfleet.operator.signals_source import PrometheusSignals
 
 log = logging.getLogger("tokenfleet.operator")
@@ -101,7 +110,7 @@ class Reconciler:
         for body in list(_bodies(self.indexes.models)):
             await self._guarded(body, self._report_model(body, owners, now))
         for body in list(_bodies(self.indexes.tenants)):
-            status, events = tenants.plan_tenant(body=body, now=now)
+            status, events = tenant_status.plan_tenant(body=body, now=now)
             await self._guarded(body, self._report(body, "Tenant", status, events, now))
 
     async def _guarded(self, body: dict[str, Any], work: Any) -> None:
@@ -123,14 +132,16 @@ class Reconciler:
 
     def _claims(self) -> dict[tuple[str, str], list[str]]:
         """(namespace, pool) → names of ModelDeployments listing it, the winner first."""
-        claims: dict[tuple[str, str], list[models.Claim]] = {}
+        claims: dict[tuple[str, str], list[model_status.Claim]] = {}
         for body in _bodies(self.indexes.models):
             meta = body["metadata"]
             for pool in body.get("spec", {}).get("pools", []):
-                claim = models.Claim(created=meta.get("creationTimestamp", ""), name=meta["name"])
+                claim = model_status.Claim(
+                    created=meta.get("creationTimestamp", ""), name=meta["name"]
+                )
                 claims.setdefault((meta["namespace"], pool), []).append(claim)
         return {
-            key: [c.name for c in sorted(found, key=models.Claim.key)]
+            key: [c.name for c in sorted(found, key=model_status.Claim.key)]
             for key, found in claims.items()
         }
 
@@ -150,8 +161,8 @@ class Reconciler:
             await self._invalid(body, exc, now)
             return
         demand, autoscaling, metrics_ok = await self._autoscale(body, spec, model, now)
-        decided = plan.plan_pool(
-            plan.PoolInputs(
+        decided = pools.plan_pool(
+            pools.PoolInputs(
                 namespace=ns,
                 name=name,
                 uid=meta["uid"],
@@ -245,8 +256,8 @@ class Reconciler:
         spec = ModelDeploymentSpec.model_validate(body.get("spec", {}))
         existing = frozenset(n for (pool_ns, n) in self.indexes.pools if pool_ns == ns)
         judgment = await self._analyse(body, spec, now)
-        status, events = models.plan_model(
-            models.ModelInputs(
+        status, events = model_status.plan_model(
+            model_status.ModelInputs(
                 namespace=ns,
                 name=meta["name"],
                 generation=meta.get("generation"),

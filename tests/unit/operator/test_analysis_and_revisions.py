@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from tokenfleet.api.deployment import ModelDeploymentSpec
-from tokenfleet.operator import desired
+from tokenfleet.operator.plan import desired
 from tokenfleet.operator.policy import analysis, revisions
 from tokenfleet.operator.policy.analysis import Sample, Thresholds
 from tokenfleet.operator.policy.rollout import Outcome

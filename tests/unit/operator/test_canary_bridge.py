@@ -10,7 +10,7 @@ import pytest
 
 from tokenfleet.api import labels
 from tokenfleet.api.deployment import ModelDeploymentStatus, Rollout
-from tokenfleet.operator import canary, observed
+from tokenfleet.operator.plan import canary, observed
 from tokenfleet.operator.policy import rollout
 from tokenfleet.operator.policy.rollout import Observation, Outcome, Phase, State
 from tokenfleet.signing.verdict import Reason, Verdict

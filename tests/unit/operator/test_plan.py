@@ -12,7 +12,7 @@ import pytest
 from tokenfleet.api import labels
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.operator import canary, desired, models, observed, plan
+from tokenfleet.operator.plan import canary, desired, model_status, observed, pools
 from tokenfleet.operator.policy import rollout
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
@@ -65,7 +65,7 @@ def pods(
     ]
 
 
-def inputs(**overrides: Any) -> plan.PoolInputs:
+def inputs(**overrides: Any) -> pools.PoolInputs:
     base: dict[str, Any] = dict(
         namespace="ns",
         name="p",
@@ -80,10 +80,10 @@ def inputs(**overrides: Any) -> plan.PoolInputs:
         nodes=[node(z) for z in ZONES],
         now=NOW,
     )
-    return plan.PoolInputs(**{**base, **overrides})
+    return pools.PoolInputs(**{**base, **overrides})
 
 
-def applied_sets(result: plan.PoolPlan) -> dict[str, int]:
+def applied_sets(result: pools.PoolPlan) -> dict[str, int]:
     return {
         m["metadata"]["labels"][labels.ZONE]: m["spec"]["replicas"]
         for m in result.apply
@@ -91,16 +91,16 @@ def applied_sets(result: plan.PoolPlan) -> dict[str, int]:
     }
 
 
-def as_sets(result: plan.PoolPlan) -> list[observed.WorkerSet]:
+def as_sets(result: pools.PoolPlan) -> list[observed.WorkerSet]:
     return [observed.worker_set(m) for m in result.apply if m["kind"] == "Deployment"]
 
 
-def cond(result: plan.PoolPlan, kind: str) -> dict[str, Any]:
+def cond(result: pools.PoolPlan, kind: str) -> dict[str, Any]:
     return next(c for c in result.status["conditions"] if c["type"] == kind)
 
 
 def test_fresh_pool_gets_one_deployment_per_zone_plus_budget_and_service() -> None:
-    result = plan.plan_pool(inputs())
+    result = pools.plan_pool(inputs())
     assert applied_sets(result) == dict.fromkeys(ZONES, 2)
     kinds = sorted(m["kind"] for m in result.apply)
     assert kinds == ["Deployment"] * 3 + ["PodDisruptionBudget", "Service"]
@@ -111,11 +111,11 @@ def test_fresh_pool_gets_one_deployment_per_zone_plus_budget_and_service() -> No
 
 
 def test_nothing_is_applied_again_when_nothing_changed() -> None:
-    first = plan.plan_pool(inputs())
+    first = pools.plan_pool(inputs())
     steady = inputs(sets=as_sets(first), pods=pods(dict.fromkeys(ZONES, 2)), status=first.status)
-    second = plan.plan_pool(steady)
+    second = pools.plan_pool(steady)
     assert [m["kind"] for m in second.apply] == ["PodDisruptionBudget", "Service"]  # not indexed
-    third = plan.plan_pool(
+    third = pools.plan_pool(
         inputs(sets=as_sets(first), pods=pods(dict.fromkeys(ZONES, 2)), status=second.status)
     )
     assert third.status == second.status and third.events == []
@@ -123,7 +123,7 @@ def test_nothing_is_applied_again_when_nothing_changed() -> None:
 
 
 def test_worker_pod_is_rendered_from_the_engine_settings() -> None:
-    manifest = next(m for m in plan.plan_pool(inputs()).apply if m["kind"] == "Deployment")
+    manifest = next(m for m in pools.plan_pool(inputs()).apply if m["kind"] == "Deployment")
     pod = manifest["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["args"][:4] == [desired.MODEL_DIR, "--served-model-name", "m", "m2"]
@@ -154,21 +154,21 @@ def test_a_new_revision_replaces_the_old_only_once_ready() -> None:
         observed.WorkerSet(name=f"p-{z}-old", zone=z, revision="old", replicas=2, applied_hash="x")
         for z in ZONES
     ]
-    starting = plan.plan_pool(
+    starting = pools.plan_pool(
         inputs(sets=old_sets, pods=pods(dict.fromkeys(ZONES, 2), revision="old"))
     )
     assert starting.delete == []  # the old revision keeps serving
     assert applied_sets(starting) == dict.fromkeys(ZONES, 2)
-    ready = plan.plan_pool(
+    ready = pools.plan_pool(
         inputs(sets=old_sets + as_sets(starting), pods=pods(dict.fromkeys(ZONES, 2)))
     )
     assert ready.delete == sorted(s.name for s in old_sets)
 
 
 def test_zone_loss_moves_the_share_and_explains_it() -> None:
-    before = plan.plan_pool(inputs(pods=pods(dict.fromkeys(ZONES, 2))))
+    before = pools.plan_pool(inputs(pods=pods(dict.fromkeys(ZONES, 2))))
     nodes = [node("zone-a"), node("zone-b", ready=False), node("zone-c")]
-    lost = plan.plan_pool(
+    lost = pools.plan_pool(
         inputs(
             nodes=nodes,
             status=before.status,
@@ -185,7 +185,7 @@ def test_zone_loss_moves_the_share_and_explains_it() -> None:
         == "zone-b lost: 1 of 1 nodes NotReady; its 2 replicas moved to zone-a and zone-c"
     )
     assert [e.reason for e in lost.events] == ["ZoneLost"]  # total unchanged: no Scaled event
-    again = plan.plan_pool(
+    again = pools.plan_pool(
         inputs(nodes=nodes, status=lost.status, pods=pods({"zone-a": 3, "zone-c": 3}))
     )
     assert cond(again, "Degraded")["message"] == degraded["message"]  # stable across passes
@@ -193,19 +193,19 @@ def test_zone_loss_moves_the_share_and_explains_it() -> None:
 
 
 def test_no_model_and_no_matching_nodes_are_explained() -> None:
-    idle = plan.plan_pool(inputs(model=None))
+    idle = pools.plan_pool(inputs(model=None))
     assert applied_sets(idle) == {} and cond(idle, "Ready")["reason"] == "NoModelDeployment"
     assert next(e for e in idle.events if e.reason == "NoModelDeployment").type == "Normal"
-    nothing = plan.plan_pool(inputs(nodes=[node(z, product="A100") for z in ZONES]))
+    nothing = pools.plan_pool(inputs(nodes=[node(z, product="A100") for z in ZONES]))
     assert applied_sets(nothing) == {}
     assert cond(nothing, "Ready")["reason"] == "NoHealthyZone"
     assert "no node offers the accelerator" in cond(nothing, "Ready")["message"]
 
 
 def test_condition_transition_time_moves_only_on_status_change() -> None:
-    first = plan.plan_pool(inputs())
+    first = pools.plan_pool(inputs())
     later = NOW + datetime.timedelta(minutes=5)
-    second = plan.plan_pool(inputs(status=first.status, now=later, sets=as_sets(first)))
+    second = pools.plan_pool(inputs(status=first.status, now=later, sets=as_sets(first)))
     assert cond(second, "Ready")["lastTransitionTime"] == cond(first, "Ready")["lastTransitionTime"]
 
 
@@ -215,28 +215,28 @@ def test_condition_transition_time_moves_only_on_status_change() -> None:
         pytest.param([], None, id="none"),
         pytest.param(
             [
-                models.Claim(created="2026-01-02", name="b"),
-                models.Claim(created="2026-01-01", name="z"),
+                model_status.Claim(created="2026-01-02", name="b"),
+                model_status.Claim(created="2026-01-01", name="z"),
             ],
             "z",
             id="oldest-wins",
         ),
         pytest.param(
             [
-                models.Claim(created="2026-01-01", name="b"),
-                models.Claim(created="2026-01-01", name="a"),
+                model_status.Claim(created="2026-01-01", name="b"),
+                model_status.Claim(created="2026-01-01", name="a"),
             ],
             "a",
             id="tie-by-name",
         ),
     ],
 )
-def test_oldest_claim_wins_a_pool(claims: list[models.Claim], expected: str | None) -> None:
-    won = models.winner(claims)
+def test_oldest_claim_wins_a_pool(claims: list[model_status.Claim], expected: str | None) -> None:
+    won = model_status.winner(claims)
     assert (won.name if won else None) == expected
 
 
-def model_inputs(**overrides: Any) -> models.ModelInputs:
+def model_inputs(**overrides: Any) -> model_status.ModelInputs:
     base: dict[str, Any] = dict(
         namespace="ns",
         name="md",
@@ -248,7 +248,7 @@ def model_inputs(**overrides: Any) -> models.ModelInputs:
         pods=[],
         now=NOW,
     )
-    return models.ModelInputs(**{**base, **overrides})
+    return model_status.ModelInputs(**{**base, **overrides})
 
 
 @pytest.mark.parametrize(
@@ -261,14 +261,14 @@ def model_inputs(**overrides: Any) -> models.ModelInputs:
     ],
 )
 def test_model_status(overrides: dict[str, Any], phase: str, reason: str) -> None:
-    status, events = models.plan_model(model_inputs(**overrides))
+    status, events = model_status.plan_model(model_inputs(**overrides))
     assert status["phase"] == phase
     available = next(c for c in status["conditions"] if c["type"] == "Available")
     assert available["reason"] == reason
     if reason in ("PoolNotFound", "PoolClaimed"):
         # the first revision's rollout starts regardless (FirstRevision, an informational Event)
         assert [e.reason for e in events] == ["FirstRevision", reason]
-        _, again = models.plan_model(model_inputs(**overrides, status=status))
+        _, again = model_status.plan_model(model_inputs(**overrides, status=status))
         assert again == []  # told once, not every pass
 
 
@@ -280,7 +280,7 @@ def test_autoscaler_demand_is_placed_and_explained() -> None:
         "recommendations": {"QueueAge": 9},
         "decisions": [],
     }
-    result = plan.plan_pool(inputs(demand=9, autoscaling=block, metrics_ok=True))
+    result = pools.plan_pool(inputs(demand=9, autoscaling=block, metrics_ok=True))
     assert result.status["replicas"] == 9 and applied_sets(result) == dict.fromkeys(ZONES, 3)
     assert result.status["lastScaling"]["reason"] == "QueueAge"
     assert result.status["autoscaling"] == block
@@ -288,7 +288,7 @@ def test_autoscaler_demand_is_placed_and_explained() -> None:
 
 
 def test_unreadable_metrics_are_a_condition() -> None:
-    result = plan.plan_pool(
+    result = pools.plan_pool(
         inputs(
             autoscaling={
                 "demand": 6,
@@ -305,7 +305,7 @@ def test_unreadable_metrics_are_a_condition() -> None:
 
 
 def test_sim_annotations_reach_the_worker_pods_and_nothing_else() -> None:
-    result = plan.plan_pool(
+    result = pools.plan_pool(
         inputs(
             model_annotations={"sim.tokenfleet.io/args": "--time-to-first-token 1s", "team": "x"}
         )
@@ -326,12 +326,12 @@ def test_a_change_of_demand_is_an_event() -> None:
             "decisions": [],
         }
 
-    first = plan.plan_pool(inputs(demand=6, autoscaling=block(6), metrics_ok=True))
-    same = plan.plan_pool(
+    first = pools.plan_pool(inputs(demand=6, autoscaling=block(6), metrics_ok=True))
+    same = pools.plan_pool(
         inputs(demand=6, autoscaling=block(6), metrics_ok=True, status=first.status)
     )
     assert "Autoscaled" not in {e.reason for e in same.events}
-    more = plan.plan_pool(
+    more = pools.plan_pool(
         inputs(demand=9, autoscaling=block(9), metrics_ok=True, status=same.status)
     )
     assert [e.message for e in more.events if e.reason == "Autoscaled"] == ["QueueAge: 9 replicas"]
@@ -359,7 +359,7 @@ def test_the_stable_revision_follows_the_pool_during_a_rollout_and_after_a_rollb
     """Demand rises mid-canary (or after a rollback, until the spec changes): the stable
     revision grows with the placement; only its replicas change, its spec is not re-rendered."""
     busier = POOL.model_copy(update={"replicas": POOL.replicas.model_copy(update={"min": 12})})
-    result = plan.plan_pool(
+    result = pools.plan_pool(
         inputs(
             spec=busier,
             sets=stable_sets(dict.fromkeys(ZONES, 2)),
@@ -382,15 +382,15 @@ def test_the_stable_revision_cannot_start_in_a_new_zone_so_its_share_moves() -> 
         "sets": stable_sets({"zone-a": 3, "zone-b": 3}),
         "pods": pods({"zone-a": 3, "zone-b": 3}, revision="old"),
     }
-    as_placed = plan.plan_pool(inputs(**stable, model_status=mid_rollout()))
+    as_placed = pools.plan_pool(inputs(**stable, model_status=mid_rollout()))
     assert as_placed.scale == {}  # 6 = 2 per zone, zone-c's 2 already on a and b
     busier = POOL.model_copy(update={"replicas": POOL.replicas.model_copy(update={"min": 12})})
-    grown = plan.plan_pool(inputs(**stable, spec=busier, model_status=mid_rollout()))
+    grown = pools.plan_pool(inputs(**stable, spec=busier, model_status=mid_rollout()))
     assert grown.scale == {"p-zone-a-old": 6, "p-zone-b-old": 6}
 
 
 def test_a_steady_stable_revision_is_not_scaled_again() -> None:
-    result = plan.plan_pool(
+    result = pools.plan_pool(
         inputs(
             sets=stable_sets(dict.fromkeys(ZONES, 2)),
             pods=pods(dict.fromkeys(ZONES, 2), revision="old"),
@@ -400,28 +400,28 @@ def test_a_steady_stable_revision_is_not_scaled_again() -> None:
     assert result.scale == {}
 
 
-def as_manifests(result: plan.PoolPlan) -> list[dict[str, Any]]:
+def as_manifests(result: pools.PoolPlan) -> list[dict[str, Any]]:
     return [m for m in result.apply if m["kind"] == "Deployment"]
 
 
 def test_a_count_moved_by_kept_scale_is_set_back_when_the_revision_is_placed_again() -> None:
     """After a rollback the spec is reverted to the stable revision: its Deployments are placed
     normally again, and the counts kept_scale patched (the hash unchanged) are re-applied."""
-    first = plan.plan_pool(inputs())
+    first = pools.plan_pool(inputs())
     patched = [
         observed.WorkerSet(
             name=s.name, zone=s.zone, revision=s.revision, replicas=4, applied_hash=s.applied_hash
         )
         for s in as_sets(first)
     ]
-    again = plan.plan_pool(inputs(sets=patched, pods=pods(dict.fromkeys(ZONES, 4))))
+    again = pools.plan_pool(inputs(sets=patched, pods=pods(dict.fromkeys(ZONES, 4))))
     assert applied_sets(again) == dict.fromkeys(ZONES, 2)
 
 
 def test_a_stable_revision_only_in_lost_zones_is_left_alone() -> None:
     """Not grown where it cannot run (a healthy zone-a would take all 6: the test tells)."""
     lost = [node("zone-a", ready=False), node("zone-b"), node("zone-c")]
-    result = plan.plan_pool(
+    result = pools.plan_pool(
         inputs(
             nodes=lost,
             sets=stable_sets({"zone-a": 3}),

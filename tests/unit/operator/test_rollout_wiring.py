@@ -16,7 +16,7 @@ import pytest
 from tokenfleet.api import labels
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.operator import canary, desired, models, observed, plan
+from tokenfleet.operator.plan import canary, desired, model_status, observed, pools
 from tokenfleet.operator.policy import analysis, rollout
 from tokenfleet.operator.policy.rollout import Outcome, Phase
 from tokenfleet.signing.verdict import Reason, Verdict
@@ -79,7 +79,7 @@ def pods(per_zone: int, revision: str) -> list[observed.WorkerPod]:
     ]
 
 
-def inputs(**overrides: Any) -> plan.PoolInputs:
+def inputs(**overrides: Any) -> pools.PoolInputs:
     nodes = [
         observed.NodeRecord(
             name=f"n-{z}",
@@ -103,10 +103,10 @@ def inputs(**overrides: Any) -> plan.PoolInputs:
         nodes=nodes,
         now=NOW,
     )
-    return plan.PoolInputs(**{**base, **overrides})
+    return pools.PoolInputs(**{**base, **overrides})
 
 
-def as_sets(result: plan.PoolPlan) -> list[observed.WorkerSet]:
+def as_sets(result: pools.PoolPlan) -> list[observed.WorkerSet]:
     return [observed.worker_set(m) for m in result.apply if m["kind"] == "Deployment"]
 
 
@@ -143,8 +143,8 @@ def run(
     at: float = 0,
     judgment: analysis.Judgment | None = None,
 ) -> Pass:
-    got, events = models.plan_model(
-        models.ModelInputs(
+    got, events = model_status.plan_model(
+        model_status.ModelInputs(
             namespace="ns",
             name="md",
             generation=2,
@@ -309,7 +309,7 @@ STABLE_SETS = [
 ]
 
 
-def canary_replicas(result: plan.PoolPlan) -> int:
+def canary_replicas(result: pools.PoolPlan) -> int:
     return sum(s.replicas for s in as_sets(result) if s.revision == CANARY)
 
 
@@ -327,7 +327,7 @@ def canary_replicas(result: plan.PoolPlan) -> int:
 def test_pool_keeps_stable_and_sizes_the_canary_by_weight(
     phase: Phase, step: int, expected: int
 ) -> None:
-    result = plan.plan_pool(
+    result = pools.plan_pool(
         inputs(
             model=spec(),
             model_status=rollout_status(phase, step),
@@ -349,7 +349,7 @@ def test_pool_deletes_a_rolled_back_canary_and_promotion_retires_stable() -> Non
         for z in ZONES
     ]
     stable_pods = pods(2, STABLE)
-    back = plan.plan_pool(
+    back = pools.plan_pool(
         inputs(
             model=spec(),
             model_status=rollout_status(Phase.ROLLED_BACK),
@@ -361,14 +361,14 @@ def test_pool_deletes_a_rolled_back_canary_and_promotion_retires_stable() -> Non
     promoted = ModelDeploymentStatus.model_validate(
         {"stableRevision": CANARY, "rollout": {"phase": "Promoted"}}
     )
-    growing = plan.plan_pool(
+    growing = pools.plan_pool(
         inputs(
             model=spec(), model_status=promoted, sets=STABLE_SETS + canary_sets, pods=stable_pods
         )
     )
     assert growing.delete == []  # the old stable serves until the new one is fully ready
     assert sum(s.replicas for s in as_sets(growing) if s.revision == CANARY) == 6
-    ready = plan.plan_pool(
+    ready = pools.plan_pool(
         inputs(
             model=spec(),
             model_status=promoted,
@@ -380,5 +380,9 @@ def test_pool_deletes_a_rolled_back_canary_and_promotion_retires_stable() -> Non
 
 
 def test_spread_is_even_and_deterministic() -> None:
-    assert plan.spread(4, ["zone-c", "zone-a", "zone-b"]) == {"zone-a": 2, "zone-b": 1, "zone-c": 1}
-    assert plan.spread(1, []) == {}
+    assert pools.spread(4, ["zone-c", "zone-a", "zone-b"]) == {
+        "zone-a": 2,
+        "zone-b": 1,
+        "zone-c": 1,
+    }
+    assert pools.spread(1, []) == {}

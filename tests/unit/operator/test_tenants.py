@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tokenfleet.api import labels
-from tokenfleet.operator import tenants
+from tokenfleet.operator.plan import tenant_status
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -37,7 +37,7 @@ def body(count: str | None, status: dict[str, Any] | None = None) -> dict[str, A
     ],
 )
 def test_status(count: str | None, keys: int, ready: str, reason: str) -> None:
-    status, _ = tenants.plan_tenant(body=body(count), now=NOW)
+    status, _ = tenant_status.plan_tenant(body=body(count), now=NOW)
     assert status["keyCount"] == keys and status["observedGeneration"] == 2
     condition = status["conditions"][0]
     assert (condition["type"], condition["status"], condition["reason"]) == ("Ready", ready, reason)
@@ -46,11 +46,11 @@ def test_status(count: str | None, keys: int, ready: str, reason: str) -> None:
 
 
 def test_an_event_only_when_keys_arrive() -> None:
-    first, events = tenants.plan_tenant(body=body(None), now=NOW)
+    first, events = tenant_status.plan_tenant(body=body(None), now=NOW)
     assert events == []
-    ready, events = tenants.plan_tenant(body=body("1", first), now=NOW)
+    ready, events = tenant_status.plan_tenant(body=body("1", first), now=NOW)
     assert [e.reason for e in events] == ["KeysPresent"]
-    _, again = tenants.plan_tenant(body=body("1", ready), now=NOW)
+    _, again = tenant_status.plan_tenant(body=body("1", ready), now=NOW)
     assert again == []
 
 

@@ -11,7 +11,7 @@ import pytest
 from support.objects import BASE
 from tokenfleet.api.deployment import ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.operator import desired
+from tokenfleet.operator.plan import desired
 from tokenfleet.worker import entrypoint
 
 

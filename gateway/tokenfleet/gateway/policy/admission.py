@@ -15,6 +15,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
+from tokenfleet.api.pool import AdmissionClass
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
 
@@ -29,6 +30,19 @@ class ClassPolicy:
     default_deadline: float
     reserved_share: float = 0.0
     degraded_max_tokens: int | None = None
+
+    @classmethod
+    def of(cls, c: AdmissionClass) -> ClassPolicy:
+        """The class an InferencePool's ``spec.admission.classes`` declares (ms → s, % → share)."""
+        return cls(
+            name=c.name,
+            priority=c.priority,
+            max_queue_depth=c.max_queue_depth,
+            max_queue_age=c.max_queue_age_ms / 1000,
+            default_deadline=c.default_deadline_ms / 1000,
+            reserved_share=c.reserved_percent / 100,
+            degraded_max_tokens=c.degraded_max_tokens,
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

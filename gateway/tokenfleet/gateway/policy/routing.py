@@ -25,6 +25,7 @@ import enum
 from collections.abc import Collection, Mapping, Sequence
 from typing import Literal, Protocol, TypeVar
 
+from tokenfleet.api.pool import Routing
 from tokenfleet.gateway.policy.prefix import NO_MATCH, Match
 
 T = TypeVar("T")
@@ -157,6 +158,18 @@ class Policy:
     """Seconds after which scraped queue and KV figures are ignored (in-flight still counts)."""
     zone_saturation: float = 0.8
     """Load (share of max concurrency) at which the same-zone bonus is withdrawn: spill."""
+
+    @classmethod
+    def of(cls, r: Routing) -> Policy:
+        """The policy an InferencePool's ``spec.routing`` declares."""
+        return cls(
+            kind=r.policy,
+            prefix=r.prefix_weight,
+            load=r.load_weight,
+            zone=r.zone_weight,
+            bounded_load=r.bounded_load,
+            sample=r.sample_size,
+        )
 
 
 class Why(enum.StrEnum):

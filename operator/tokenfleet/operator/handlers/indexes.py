@@ -8,7 +8,7 @@ from typing import Any
 import kopf
 
 from tokenfleet.api import labels
-from tokenfleet.operator import observed
+from tokenfleet.operator.plan import observed
 
 GROUP, VERSION = "tokenfleet.io", "v1alpha1"
 WORKERS = {labels.ROLE: labels.ROLE_WORKER}

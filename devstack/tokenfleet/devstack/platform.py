@@ -76,7 +76,7 @@ def gateway_component(
 
 async def ensure_dev_key(state_dir: Path, admin_kubeconfig: Path) -> Path:
     """The dev tenant's key in .tokenfleet/dev-api-key (made once; its hash lives in a Secret)."""
-    from tokenfleet.gateway.tenants import create_key
+    from tokenfleet.gateway.key_secrets import create_key
 
     path = state_dir / "dev-api-key"
     if not path.exists():

@@ -19,9 +19,9 @@ from tokenfleet.api.deployment import (
     Revision,
     RolloutStatus,
 )
-from tokenfleet.operator import canary, desired, observed, reporting
+from tokenfleet.operator.plan import canary, desired, observed, reporting
+from tokenfleet.operator.plan.reporting import Event, condition
 from tokenfleet.operator.policy import analysis, rollout
-from tokenfleet.operator.reporting import Event, condition
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

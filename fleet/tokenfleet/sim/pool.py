@@ -13,7 +13,6 @@ import itertools
 import random
 
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.gateway.catalog import class_policy, routing_policy
 from tokenfleet.gateway.policy import admission, prefix, routing
 from tokenfleet.gateway.policy.admission import ClassPolicy, PoolLoad, Waiting
 from tokenfleet.gateway.policy.rejections import Rejected
@@ -47,7 +46,7 @@ class Pool:
         self.dead_zones: set[str] = set()  # down now
         self.known_lost: set[str] = set()  # down, and the operator knows it
         self.policies: dict[str, ClassPolicy] = {
-            c.name: class_policy(c) for c in spec.admission.classes
+            c.name: ClassPolicy.of(c) for c in spec.admission.classes
         }
         self.queue_age_classes = scaling.queue_age_classes(
             spec.autoscaling.queue_age_classes,
@@ -57,7 +56,7 @@ class Pool:
         self.ready: list[Replica] = []
         self.endpoints: dict[int, routing.Endpoint] = {}
         self.group = routing.EMPTY
-        self.routing = routing_policy(spec.routing)
+        self.routing = routing.Policy.of(spec.routing)
         self.prefixes = prefix.PrefixIndex()
         self.prefix_hashes: dict[int, tuple[bytes, ...]] = {}
         self.by_url: dict[str, Replica] = {}

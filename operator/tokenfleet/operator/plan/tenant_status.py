@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tokenfleet.api import labels
-from tokenfleet.operator.reporting import Event, changed_to, condition
+from tokenfleet.operator.plan.reporting import Event, changed_to, condition
 
 
 def plan_tenant(

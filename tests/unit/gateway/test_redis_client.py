@@ -6,11 +6,14 @@ from typing import Any
 
 import pytest
 
-from tokenfleet.gateway import resp
+from tokenfleet.gateway import redis_client
 
 
 def test_encode_is_a_bulk_string_array() -> None:
-    assert resp.encode("EVALSHA", b"ab", 2) == b"*3\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n2\r\n"
+    assert (
+        redis_client.encode("EVALSHA", b"ab", 2)
+        == b"*3\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n2\r\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -31,22 +34,26 @@ def test_encode_is_a_bulk_string_array() -> None:
     ],
 )
 def test_parse(wire: bytes, value: Any) -> None:
-    assert resp.parse(wire, 0) == (value, len(wire))
+    assert redis_client.parse(wire, 0) == (value, len(wire))
     for cut in range(1, len(wire)):  # any prefix is incomplete, never a wrong value
-        with pytest.raises(resp._Incomplete):
-            resp.parse(wire[:cut], 0)
+        with pytest.raises(redis_client._Incomplete):
+            redis_client.parse(wire[:cut], 0)
 
 
 def test_error_replies_become_values_to_raise() -> None:
-    value, end = resp.parse(b"-NOSCRIPT No matching script\r\n", 0)
-    assert isinstance(value, resp.RespError) and str(value).startswith("NOSCRIPT") and end == 30
+    value, end = redis_client.parse(b"-NOSCRIPT No matching script\r\n", 0)
+    assert (
+        isinstance(value, redis_client.RespError)
+        and str(value).startswith("NOSCRIPT")
+        and end == 30
+    )
 
 
 def test_protocol_resolves_pipelined_replies_in_order_across_chunks() -> None:
     import asyncio
 
     async def scenario() -> list[Any]:
-        protocol = resp._Protocol()
+        protocol = redis_client._Protocol()
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in range(3)]
         protocol.pending.extend((0.0, f) for f in futures)

@@ -14,9 +14,9 @@ from typing import Any
 from tokenfleet.api import labels
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.operator import canary, desired, observed, reporting
+from tokenfleet.operator.plan import canary, desired, observed, reporting
+from tokenfleet.operator.plan.reporting import Event, condition
 from tokenfleet.operator.policy import placement, zones
-from tokenfleet.operator.reporting import Event, condition
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

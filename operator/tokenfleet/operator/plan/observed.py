@@ -13,7 +13,7 @@ from typing import Any
 
 from tokenfleet.api import labels
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.operator.desired import APPLIED_HASH
+from tokenfleet.operator.plan.desired import APPLIED_HASH
 from tokenfleet.operator.policy import zones
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tokenfleet.gateway.policy import requests
+from tokenfleet.gateway.policy import bodies
 from tokenfleet.gateway.policy.rejections import STATUS, Reason, Rejected
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello world"}]}
@@ -60,7 +60,7 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello world"}]}
 def test_malformed_chat_bodies_are_400_with_the_offending_param(
     body: Any, param: str | None
 ) -> None:
-    got = requests.parse(body, "chat")
+    got = bodies.parse(body, "chat")
     assert isinstance(got, Rejected)
     assert got.reason == Reason.INVALID_REQUEST and got.status == 400
     assert got.param == param
@@ -78,7 +78,7 @@ def test_malformed_chat_bodies_are_400_with_the_offending_param(
     ],
 )
 def test_malformed_prompts_are_400(prompt: Any) -> None:
-    got = requests.parse({"model": "m", "prompt": prompt}, "completion")
+    got = bodies.parse({"model": "m", "prompt": prompt}, "completion")
     assert isinstance(got, Rejected) and got.param == "prompt"
 
 
@@ -92,11 +92,11 @@ def test_a_valid_chat_request_keeps_unknown_fields_and_estimates_tokens() -> Non
         "tools": [{"type": "function"}],
         "seed": 3,
     }
-    got = requests.parse(body, "chat")
-    assert isinstance(got, requests.Parsed)
+    got = bodies.parse(body, "chat")
+    assert isinstance(got, bodies.Parsed)
     assert got.stream and got.include_usage and got.max_tokens == 40 and got.max_tokens_given
     assert got.body["tools"] == body["tools"]
-    assert got.prompt_tokens == len("hello world") // 4 + requests.MESSAGE_OVERHEAD_TOKENS
+    assert got.prompt_tokens == len("hello world") // 4 + bodies.MESSAGE_OVERHEAD_TOKENS
 
 
 @pytest.mark.parametrize(
@@ -108,17 +108,17 @@ def test_a_valid_chat_request_keeps_unknown_fields_and_estimates_tokens() -> Non
     ],
 )
 def test_completion_prompts_estimate_tokens(prompt: Any, tokens: int) -> None:
-    got = requests.parse({"model": "m", "prompt": prompt}, "completion")
-    assert isinstance(got, requests.Parsed) and got.prompt_tokens == tokens
-    assert got.max_tokens == requests.DEFAULT_MAX_TOKENS and not got.max_tokens_given
+    got = bodies.parse({"model": "m", "prompt": prompt}, "completion")
+    assert isinstance(got, bodies.Parsed) and got.prompt_tokens == tokens
+    assert got.max_tokens == bodies.DEFAULT_MAX_TOKENS and not got.max_tokens_given
 
 
 def test_content_parts_count_their_text() -> None:
     parts = [{"type": "text", "text": "a" * 40}, {"type": "image_url", "image_url": {"url": "x"}}]
-    got = requests.parse({**CHAT, "messages": [{"role": "user", "content": parts}]}, "chat")
+    got = bodies.parse({**CHAT, "messages": [{"role": "user", "content": parts}]}, "chat")
     assert (
-        isinstance(got, requests.Parsed)
-        and got.prompt_tokens == 10 + requests.MESSAGE_OVERHEAD_TOKENS
+        isinstance(got, bodies.Parsed)
+        and got.prompt_tokens == 10 + bodies.MESSAGE_OVERHEAD_TOKENS
     )
 
 
@@ -134,11 +134,11 @@ def test_content_parts_count_their_text() -> None:
 def test_pool_and_tenant_limits(
     prompt_chars: int, max_tokens: int, limit: int, cap: int | None, reason: Reason | None
 ) -> None:
-    parsed = requests.parse(
+    parsed = bodies.parse(
         {"model": "m", "prompt": "x" * prompt_chars, "max_tokens": max_tokens}, "completion"
     )
-    assert isinstance(parsed, requests.Parsed)
-    got = requests.check_limits(parsed, max_input_tokens=limit, max_tokens_cap=cap)
+    assert isinstance(parsed, bodies.Parsed)
+    got = bodies.check_limits(parsed, max_input_tokens=limit, max_tokens_cap=cap)
     assert (got.reason if got else None) == reason
     if got:
         assert got.status == 400

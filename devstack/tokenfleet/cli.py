@@ -41,11 +41,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return gateway(rest)
     if command == "tenant":
-        from tokenfleet.gateway.tenants import main as tenant
+        from tokenfleet.gateway.key_secrets import main as tenant
 
         return tenant(rest)
     if command == "bench" and rest[:1] == ["replica"]:
-        from tokenfleet.capacity.replica import main as bench_replica
+        from tokenfleet.capacity.replica_bench import main as bench_replica
 
         return bench_replica(rest[1:])
     if command == "plan":

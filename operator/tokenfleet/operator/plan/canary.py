@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tokenfleet.api.deployment import ModelDeploymentStatus, Rollout, RolloutStatus
-from tokenfleet.operator import observed
+from tokenfleet.operator.plan import observed
 from tokenfleet.operator.policy import analysis, rollout
 from tokenfleet.signing import verdict
 
@@ -193,7 +193,7 @@ class PoolRevisions:
 
     ``kept`` (the stable revision) runs on: its spec is no longer in the manifest, so its
     Deployments are neither re-rendered nor deleted, only scaled with the pool
-    (``plan.kept_scale``). Beside it run :meth:`canary_replicas`
+    (``pool.kept_scale``). Beside it run :meth:`canary_replicas`
     workers of the spec's revision. Without a kept revision the spec's revision is placed
     normally, and other revisions' workers go once it is fully ready (promotion).
     """
