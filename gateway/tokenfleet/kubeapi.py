@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import ssl
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -59,21 +60,31 @@ class KubeApi:
         self._session = session
         self._tls_files: tuple[str, str] | None = None
         self._ssl = self._context()
+        self._auth: dict[str, str] | None = None
+        self._refresh_at = 0.0
 
     def _context(self) -> ssl.SSLContext:
         self._tls_files = (self._config.cert_file or "", self._config.key_file or "")
         return _ssl_context(self._config)
 
     def _headers(self) -> dict[str, str]:
-        """The Authorization header, refreshed first: an expired exec or OIDC credential is
-        fetched again, a service-account token re-read from its file (once a minute)."""
+        """The Authorization header, refreshed at most once a second (the package's hook costs
+        about 0.3 ms): an expired exec or OIDC credential is fetched again, a service-account
+        token re-read from its file (the package does that once a minute)."""
+        now = time.monotonic()
+        if self._auth is not None and now < self._refresh_at:
+            return self._auth
         config = self._config
         if config.refresh_api_key_hook is not None:
             config.refresh_api_key_hook(config)
             if (config.cert_file or "", config.key_file or "") != self._tls_files:
                 self._ssl = self._context()  # an exec plugin handed out a new certificate
-        auth = config.get_api_key_with_prefix("BearerToken")
-        return {"Authorization": auth} if auth else {}
+        # Read directly: get_api_key_with_prefix would run the hook a second time.
+        key = config.api_key.get("BearerToken")
+        prefix = config.api_key_prefix.get("BearerToken")
+        self._auth = {"Authorization": f"{prefix} {key}" if prefix else key} if key else {}
+        self._refresh_at = now + 1.0
+        return self._auth
 
     @classmethod
     def from_kubeconfig(
@@ -128,6 +139,8 @@ class KubeApi:
             timeout=aiohttp.ClientTimeout(total=timeout),
         ) as resp:
             text = await resp.text()
+            if resp.status == 401:
+                self._refresh_at = 0.0  # a credential expired early: fetch it again next call
             if resp.status >= 400:
                 raise ApiError(resp.status, text)
             result: Obj = json.loads(text) if text else {}
