@@ -36,6 +36,11 @@ class Model(BaseModel):
         """The object as the API server stores it: camelCase keys, unset optionals left out."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
+    def to_patch(self) -> dict[str, Any]:
+        """Only the fields given when the object was built, camelCase: a merge patch that
+        leaves every other field as the API server has it (a field given as None clears it)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
 
 def rfc3339(moment: datetime.datetime) -> str:
     """``moment`` as every status, condition and Event time is written: RFC 3339 in UTC, whole
