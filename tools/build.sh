@@ -46,7 +46,7 @@ build_set() { # name module-path import-paths...
   # A binary that cannot print its version is broken (for example, an unstamped Kubernetes
   # binary panics at start-up): fail here rather than in the middle of `make up`.
   for f in "$out"/*; do "$f" --version >/dev/null 2>&1 || "$f" version --client >/dev/null 2>&1 \
-    || { echo "error: $f does not run; delete $out and build again" >&2; exit 1; }; done
+    || "$f" version >/dev/null 2>&1 || { echo "error: $f does not run; delete $out and build again" >&2; exit 1; }; done
 }
 
 mkdir -p "$cache/bin/current"
@@ -73,6 +73,7 @@ LDFLAGS=$stamp in_background k8s k8s.io/kubernetes \
 OUT_NAME=etcd in_background etcd go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
 in_background kwok sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok
 in_background sim github.com/llm-d/llm-d-inference-sim github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim
+LDFLAGS="-X helm.sh/helm/v4/internal/version.version=$(modver helm helm.sh/helm/v4) -X helm.sh/helm/v4/internal/version.gitTreeState=clean" in_background helm helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 [ "$failed" = 0 ] || { echo "error: a binary set failed to build (see the lines above)" >&2; exit 1; }
