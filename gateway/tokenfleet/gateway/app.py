@@ -174,7 +174,7 @@ async def _queue_gauges(app: web.Application) -> Any:
         while True:
             now = time.monotonic()
             for key, q in state.admitter.pools.items():
-                for cls in list(q.waiting):
+                for cls in list(q.queued):
                     state.metrics.observe_queue(key, cls, q.depth(cls), q.oldest_age(cls, now))
             await asyncio.sleep(QUEUE_GAUGE_SECONDS)
 

@@ -69,7 +69,7 @@ async def serve(
         prefix.block_hashes(
             work.parsed.prefix_text, model=model.name, salt=str(work.body.get("cache_salt", ""))
         )
-        if pool.routing.kind == "PrefixAware"
+        if routing.wants_prefix(pool.routing)
         else ()
     )
     match = router.index.match(hashes) if hashes else prefix.NO_MATCH
