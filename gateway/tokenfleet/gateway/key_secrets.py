@@ -17,6 +17,7 @@ import aiohttp
 import kubernetes
 
 from tokenfleet.api import labels
+from tokenfleet.api.base import API_GROUP_VERSION
 from tokenfleet.gateway import keys
 from tokenfleet.gateway.discovery import KEY_SECRET_LABEL
 from tokenfleet.kubeapi import ApiError, KubeApi
@@ -33,7 +34,7 @@ async def create_key(
             else KubeApi.from_kubeconfig(kubeconfig, session)
         )
         obj = await api.call(
-            "GET", f"/apis/tokenfleet.io/v1alpha1/namespaces/{namespace}/tenants/{tenant}"
+            "GET", f"/apis/{API_GROUP_VERSION}/namespaces/{namespace}/tenants/{tenant}"
         )
         secret_name = obj["spec"]["apiKeySecretRef"]["name"]
         key = keys.new_key()
@@ -59,7 +60,7 @@ async def create_key(
             "metadata": metadata,
             "data": data,
         }
-        tenant_path = f"/apis/tokenfleet.io/v1alpha1/namespaces/{namespace}/tenants/{tenant}"
+        tenant_path = f"/apis/{API_GROUP_VERSION}/namespaces/{namespace}/tenants/{tenant}"
         if existing is None:
             await api.call("POST", f"/api/v1/namespaces/{namespace}/secrets", body=body)
         else:  # optimistic concurrency: a concurrent change makes this fail rather than lose a key
