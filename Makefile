@@ -12,7 +12,7 @@ export TOKENFLEET_CACHE ?= $(HOME)/.cache/tokenfleet
 # (tools/preflight.sh installs them).
 export TOKENFLEET_APT := redis-server:redis-server prometheus:prometheus gcc:build-essential
 
-.PHONY: help up down status test unit integration lint crds bench clean preflight binaries native
+.PHONY: help up down status test unit integration lint crds monitoring bench clean preflight binaries native
 
 help:
 	@echo "make up      start the local platform (control plane, simulated GPU nodes, node agent)"
@@ -20,6 +20,7 @@ help:
 	@echo "make test    lint + the full test suite against the real local control plane"
 	@echo "make lint    ruff, mypy --strict, import-linter"
 	@echo "make crds    re-render crds/ from tokenfleet.api"
+	@echo "make monitoring  re-render monitoring/rendered/ (PodMonitors, rules, dashboards)"
 	@echo "make native  compile the hot paths with mypyc (make up and make test do it)"
 	@echo "make bench   benchmarks (figures, side by side with peers)"
 	@echo "make clean   stop and remove .tokenfleet/ state (keeps the binary cache)"
@@ -58,6 +59,12 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/mypy $(addsuffix /tokenfleet,$(ROOTS)) tools/build_native.py
 	$(VENV)/bin/lint-imports
 	$(PY) -m tokenfleet.api.crd --check crds
+	$(PY) -m tokenfleet.devstack.monitoring --check monitoring
+
+# Scrape jobs, rules and dashboards are written once in monitoring/; this renders what each kind
+# of Prometheus/Grafana installation consumes (a unit test fails when it is stale).
+monitoring: $(VENV)/.installed
+	$(PY) -m tokenfleet.devstack.monitoring --write monitoring
 
 unit: $(VENV)/.installed native
 	$(PY) -m pytest tests/unit

@@ -64,4 +64,11 @@ LDFLAGS=$stamp build_set k8s k8s.io/kubernetes \
 OUT_NAME=etcd build_set etcd go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
 build_set kwok sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok
 build_set sim github.com/llm-d/llm-d-inference-sim github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim
+# Prometheus with Kubernetes pod discovery (Debian's package has it patched out) and its promtool;
+# only that discovery is compiled in. Module v0.316.0 is Prometheus 3.16.0.
+IFS=. read -r _ prom_minor prom_patch <<<"$(modver prometheus github.com/prometheus/prometheus)"
+GOFLAGS="-tags=remove_all_sd,enable_kubernetes_sd" \
+LDFLAGS="-X github.com/prometheus/common/version.Version=$((prom_minor / 100)).$((prom_minor % 100)).$prom_patch" \
+  build_set prometheus github.com/prometheus/prometheus \
+  github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 echo "$cache/bin/current"

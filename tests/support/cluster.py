@@ -173,3 +173,25 @@ def namespace(cluster: Cluster, name: str) -> Iterator[str]:
         yield name
     finally:
         cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@contextlib.contextmanager
+def scraped(cluster: Cluster, *, job: str, port: int) -> Iterator[None]:
+    """Make a host process on 127.0.0.1:``port`` a target of the shipped scrape ``job``: the
+    local stack's Prometheus finds it through pod discovery, as it finds a real replica."""
+    from tokenfleet.devstack import prometheus
+
+    nodes = cluster.get("nodes", "-l", "tokenfleet.io/simulated-node=true")["items"]
+    node = sorted(n["metadata"]["name"] for n in nodes)[0]
+    cluster.kubectl(
+        "apply", "-f", str(REPO / "manifests" / "base" / "namespace" / "namespace.yaml")
+    )
+    pod = prometheus.host_pod(job=job, name=f"local-{job}-{port}", port=port, node=node)
+    cluster.apply(pod)
+    try:
+        yield
+    finally:
+        meta = pod["metadata"]
+        cluster.kubectl(
+            "delete", "pod", meta["name"], "-n", meta["namespace"], "--wait=false", check=False
+        )

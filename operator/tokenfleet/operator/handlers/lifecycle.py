@@ -10,6 +10,7 @@ from typing import Any
 import kopf
 
 from tokenfleet.operator.config import OperatorConfig
+from tokenfleet.operator.exporter import Exporter
 from tokenfleet.operator.k8s import Kube
 from tokenfleet.operator.loop import Indexes, Reconciler
 from tokenfleet.operator.signals_source import PrometheusSignals
@@ -32,7 +33,12 @@ async def start(*, settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     )
     config = OperatorConfig.from_env()
     signals = PrometheusSignals(config.prometheus_url) if config.prometheus_url else None
-    reconciler = Reconciler(kube=Kube.connect(), indexes=indexes, config=config, signals=signals)
+    exporter = Exporter()
+    if config.metrics_port:
+        exporter.serve(config.metrics_port)
+    reconciler = Reconciler(
+        kube=Kube.connect(), indexes=indexes, config=config, signals=signals, exporter=exporter
+    )
     memo.reconciler = reconciler
     memo.loop_task = asyncio.create_task(reconciler.run())
 
