@@ -43,8 +43,15 @@ def scrape_source() -> dict[str, Any]:
     return monitoring.load(MONITORING / "scrape.yaml")
 
 
+def rules() -> str:
+    """The shipped recording rules and alerts (monitoring/rules.yaml) as a rule file."""
+    groups = monitoring.rule_groups(monitoring.load(MONITORING / "rules.yaml"))
+    return yaml.safe_dump({"groups": groups}, sort_keys=False)
+
+
 def config(*, kubeconfig: Path, rule_files: list[Path] | None = None) -> str:
-    """prometheus.yml: the shipped jobs, discovering through the local API server."""
+    """prometheus.yml: the shipped jobs, discovering through the local API server, and the
+    shipped rules (evaluated every second here)."""
     jobs = monitoring.scrape_configs(scrape_source(), sd={"kubeconfig_file": str(kubeconfig)})
     doc = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "900ms", "evaluation_interval": "1s"},

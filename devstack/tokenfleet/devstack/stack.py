@@ -289,12 +289,14 @@ class Stack:
                 raise StackError(f"{' '.join(argv[1:3])} failed: {done.stderr.strip()}")
 
     async def _start_prometheus(self, token: str, session: aiohttp.ClientSession) -> None:
-        """The shipped scrape jobs (tokenfleet.devstack.prometheus), every 1 s, discovering
-        pods through this stack's API server."""
+        """The shipped scrape jobs and rules (tokenfleet.devstack.prometheus), every 1 s,
+        discovering pods through this stack's API server."""
         folder = self.options.state_dir / "prometheus"
         folder.mkdir(parents=True, exist_ok=True)
+        rules = folder / "rules.yaml"
+        rules.write_text(prometheus.rules())
         config = folder / "prometheus.yml"
-        config.write_text(prometheus.config(kubeconfig=self.files.kubeconfig))
+        config.write_text(prometheus.config(kubeconfig=self.files.kubeconfig, rule_files=[rules]))
         argv = prometheus.argv(
             bin_dir=self.options.bin_dir,
             config_file=config,
