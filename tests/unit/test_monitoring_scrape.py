@@ -38,13 +38,8 @@ def test_no_stray_rendered_files() -> None:
 
 
 def test_check_mode_reports_stale_files(tmp_path: Path) -> None:
-    for name in ("scrape.yaml", "rules.yaml"):
-        if (FOLDER / name).exists():
-            (tmp_path / name).write_text((FOLDER / name).read_text())
-    if (FOLDER / "dashboards").is_dir():
-        (tmp_path / "dashboards").mkdir()
-        for path in (FOLDER / "dashboards").glob("*.json"):
-            (tmp_path / "dashboards" / path.name).write_text(path.read_text())
+    for name in ("scrape.yaml", "rules.yaml", "dashboards.yaml"):
+        (tmp_path / name).write_text((FOLDER / name).read_text())
     assert monitoring.main(["--check", str(tmp_path)]) == 1
     assert monitoring.main(["--write", str(tmp_path)]) == 0
     assert monitoring.main(["--check", str(tmp_path)]) == 0

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from tokenfleet.devstack import dashboards
+
 Doc = dict[str, Any]
 
 HEADER = "# Generated from monitoring/{source} by `make monitoring`. Do not edit.\n"
@@ -162,7 +164,11 @@ def render_files(folder: Path) -> dict[str, str]:
     """Relative path under ``folder`` → the text that must be there."""
     scrape = load(folder / "scrape.yaml")
     rules = load(folder / "rules.yaml")
+    boards = [dashboards.dashboard(d) for d in load(folder / "dashboards.yaml")["dashboards"]]
+    maps = [dashboards.configmap(b, namespace=INSTALL_NAMESPACE, labels=PART_OF) for b in boards]
     return {
+        **{f"rendered/dashboards/{b['uid']}.json": dashboards.to_json(b) for b in boards},
+        "rendered/dashboards-configmaps.yaml": dump(maps, "dashboards.yaml"),
         "rendered/rules.yaml": dump([{"groups": rule_groups(rules)}], "rules.yaml"),
         "rendered/prometheusrule.yaml": dump([prometheus_rule(rules)], "rules.yaml"),
         "rendered/podmonitors.yaml": dump(pod_monitors(scrape), "scrape.yaml"),
