@@ -10,7 +10,8 @@ ROOTS  := api operator gateway worker-image fleet devstack
 export TOKENFLEET_CACHE ?= $(HOME)/.cache/tokenfleet
 # Debian packages the platform runs (and gcc for make native), as command:package
 # (tools/preflight.sh installs them).
-export TOKENFLEET_APT := redis-server:redis-server prometheus:prometheus gcc:build-essential
+# Prometheus is not among them: Debian's cannot discover pods; tools/build.sh builds it.
+export TOKENFLEET_APT := redis-server:redis-server gcc:build-essential
 
 .PHONY: help up down status test unit integration lint crds monitoring bench clean preflight binaries native
 
