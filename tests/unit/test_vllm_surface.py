@@ -22,9 +22,7 @@ from tokenfleet.operator.plan import desired
 from tokenfleet.signals import vllm
 
 REPO = Path(__file__).resolve().parents[2]
-#: The release checked. The worker image still pins v0.11.0: moving its Dockerfile pin needs the
-#: default engine image in tokenfleet.api.deployment (and crds/) to move with it, which
-#: tests/unit/test_worker_image.py enforces.
+#: The release checked: the worker image's pin (test_the_worker_image_pins_the_checked_release).
 TARGET = "0.33.0"
 SURFACE = json.loads((REPO / "tests" / "fixtures" / f"vllm-{TARGET}.json").read_text())
 FLAGS, METRICS = set(SURFACE["flags"]), set(SURFACE["metrics"])
@@ -60,9 +58,17 @@ def test_fixture_is_for_the_target_release() -> None:
                 "tensorParallelSize": 2,
                 "gpuMemoryUtilization": 0.85,
                 "enablePrefixCaching": True,
+                "maxNumBatchedTokens": 2048,
+                "enableChunkedPrefill": True,
+                "quantization": "fp8",
+                "dtype": "bfloat16",
+                "kvCacheDtype": "fp8",
+                "speculativeConfig": '{"method": "ngram", "num_speculative_tokens": 4}',
+                "lora": {"maxLoras": 4, "maxLoraRank": 32, "maxCpuLoras": 16},
             },
             id="every-typed-setting",
         ),
+        pytest.param({"enableChunkedPrefill": False}, id="chunked-prefill-off"),
         pytest.param({"enablePrefixCaching": False}, id="prefix-caching-off"),
         pytest.param({}, id="defaults"),
     ],
@@ -72,6 +78,11 @@ def test_every_rendered_flag_exists_in_the_pinned_vllm(engine: dict[str, object]
     assert rendered, "the operator renders no flags?"
     missing = sorted(set(rendered) - FLAGS)
     assert not missing, f"vLLM {SURFACE['vllm']} has no {missing}"
+
+
+def test_the_worker_image_pins_the_checked_release() -> None:
+    dockerfile = (REPO / "worker-image" / "Dockerfile").read_text()
+    assert f"ARG VLLM_VERSION=v{TARGET}\n" in dockerfile
 
 
 def test_flags_the_simulator_maps_exist_in_the_pinned_vllm() -> None:
@@ -92,3 +103,57 @@ def test_the_fixture_is_a_real_extraction() -> None:
     """Guards the generator: a parse that found nothing would make every test above vacuous."""
     assert len(FLAGS) > 300 and len(METRICS) > 50
     assert {"--no-enable-prefix-caching", "--max-num-batched-tokens", "--kv-cache-dtype"} <= FLAGS
+
+
+@pytest.mark.parametrize(
+    ("engine", "expected"),
+    [
+        pytest.param(
+            {"maxNumBatchedTokens": 2048}, ["--max-num-batched-tokens", "2048"], id="mnbt"
+        ),
+        pytest.param({"enableChunkedPrefill": False}, ["--no-enable-chunked-prefill"], id="chunk"),
+        pytest.param({"quantization": "awq"}, ["--quantization", "awq"], id="quantization"),
+        pytest.param({"kvCacheDtype": "fp8"}, ["--kv-cache-dtype", "fp8"], id="kv-dtype"),
+        pytest.param(
+            {"lora": {}}, ["--enable-lora", "--max-loras", "8", "--max-lora-rank", "16"], id="lora"
+        ),
+    ],
+)
+def test_typed_settings_render_their_flags_in_order(
+    engine: dict[str, object], expected: list[str]
+) -> None:
+    args = desired.serve_args(spec(**engine))
+    start = args.index(expected[0])
+    assert args[start : start + len(expected)] == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        pytest.param("{not json", "not JSON", id="not-json"),
+        pytest.param("[1, 2]", "must be a JSON object", id="not-an-object"),
+    ],
+)
+def test_speculative_config_must_be_a_json_object(value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        spec(speculativeConfig=value)
+
+
+@pytest.mark.parametrize(
+    ("resources", "requests", "limits"),
+    [
+        pytest.param(None, {"nvidia.com/gpu": "1"}, {"nvidia.com/gpu": "1"}, id="gpus-only"),
+        pytest.param(
+            {"cpu": "8", "memory": "64Gi"},
+            {"nvidia.com/gpu": "1", "cpu": "8", "memory": "64Gi"},
+            {"nvidia.com/gpu": "1", "memory": "64Gi"},
+            id="cpu-requested-memory-not-overcommitted",
+        ),
+    ],
+)
+def test_worker_resources(
+    resources: dict[str, str] | None, requests: dict[str, str], limits: dict[str, str]
+) -> None:
+    model = spec(**({"resources": resources} if resources else {}))
+    got = desired.worker_resources(model, {"nvidia.com/gpu": "1"})
+    assert got == {"requests": requests, "limits": limits}
