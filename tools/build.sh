@@ -37,16 +37,17 @@ build_set() { # name module-path import-paths...
     local start=$SECONDS
     rm -rf "$out.tmp" && mkdir -p "$out.tmp"
     # OUT_NAME names a single binary whose package directory gives the wrong name (etcd's "v3").
-    (cd "$here/$name" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w ${LDFLAGS:-}" \
-      -o "$out.tmp/${OUT_NAME:-}" "$@")
+    (cd "$here/$name" && CGO_ENABLED=0 go build -trimpath -tags "${TAGS:-}" \
+      -ldflags "-s -w ${LDFLAGS:-}" -o "$out.tmp/${OUT_NAME:-}" "$@")
     rm -rf "$out" && mv "$out.tmp" "$out" && touch "$out/.complete"
     echo "  $name: built in $((SECONDS - start)) s" >&2
   fi
   for f in "$out"/*; do ln -sfn "$f" "$cache/bin/current/$(basename "$f")"; done
   # A binary that cannot print its version is broken (for example, an unstamped Kubernetes
   # binary panics at start-up): fail here rather than in the middle of `make up`.
+  # (containerd's shim only knows Go's single-dash -v.)
   for f in "$out"/*; do "$f" --version >/dev/null 2>&1 || "$f" version --client >/dev/null 2>&1 \
-    || { echo "error: $f does not run; delete $out and build again" >&2; exit 1; }; done
+    || "$f" -v >/dev/null 2>&1 || { echo "error: $f does not run; delete $out and build again" >&2; exit 1; }; done
 }
 
 mkdir -p "$cache/bin/current"
@@ -60,8 +61,13 @@ done
 
 LDFLAGS=$stamp build_set k8s k8s.io/kubernetes \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet
 OUT_NAME=etcd build_set etcd go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
 build_set kwok sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok
 build_set sim github.com/llm-d/llm-d-inference-sim github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim
+# The real node's runtime. The snapshotters we do not use need cgo or kernel headers: left out.
+ctd=github.com/containerd/containerd/v2
+ctd_ver=$(modver containerd $ctd)
+TAGS=no_btrfs,no_devmapper,no_zfs LDFLAGS="-X $ctd/version.Version=$ctd_ver" build_set containerd $ctd \
+  $ctd/cmd/containerd $ctd/cmd/ctr $ctd/cmd/containerd-shim-runc-v2
 echo "$cache/bin/current"
