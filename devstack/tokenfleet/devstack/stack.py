@@ -26,15 +26,25 @@ from typing import IO, Any
 
 import aiohttp
 
-from tokenfleet.devstack import controlplane, nodes, pki, platform, processes, prometheus
+from tokenfleet.devstack import (
+    controlplane,
+    nodes,
+    pki,
+    platform,
+    processes,
+    prometheus,
+    realnode,
+)
 from tokenfleet.devstack.controlplane import Files, Ports
 from tokenfleet.devstack.kwokstages import STAGES
 from tokenfleet.devstack.nodeagent import NodeAgent
+from tokenfleet.devstack.realnode_host import RealNode, RealNodeError
 from tokenfleet.kubeapi import ApiError, KubeApi
 
 log = logging.getLogger("tokenfleet.devstack")
 
 REPO = Path(__file__).resolve().parents[3]
+CACHE = Path(os.environ.get("TOKENFLEET_CACHE", Path.home() / ".cache/tokenfleet"))
 HEALTH_TIMEOUT_SECONDS = 90.0
 AGENT_STOP_SECONDS = 20.0  # its simulators get 5 s of grace; the rest is margin
 
@@ -54,6 +64,8 @@ class Options:
     crds_dir: Path = REPO / "crds"
     operator: bool = False  # also run the TokenFleet operator (tests run their own)
     platform: bool = False  # also the operator, Redis, the gateway, a dev tenant and the examples
+    real_node: bool = False  # also one real kubelet node (containerd + runc; root, one per machine)
+    images_dir: Path = dataclasses.field(default_factory=lambda: CACHE / "images" / "current")
 
 
 def lock_path(state_dir: Path) -> Path:
@@ -157,6 +169,7 @@ class Stack:
         self.ports = options.ports or free_ports()
         self.files = Files(root=options.state_dir)
         self._children: list[processes.Child] = []
+        self.real_node: RealNode | None = None
 
     @property
     def server(self) -> str:
@@ -175,6 +188,8 @@ class Stack:
                 api = KubeApi(server=self.server, token=token, session=session)
                 await self._create_nodes(api)
                 await self._reboot_pods(api)
+                if self.options.real_node:
+                    await self._start_real_node(api)
                 await asyncio.to_thread(self._apply_crds)
                 await self._start_prometheus(token, session)
                 agent = NodeAgent(
@@ -198,6 +213,8 @@ class Stack:
                     log.warning("node agent still stopping after %.0f s", AGENT_STOP_SECONDS)
         finally:
             info_path(self.options.state_dir).unlink(missing_ok=True)
+            if self.real_node is not None:  # first: its kubelet still reaches the API server
+                await asyncio.to_thread(self.real_node.stop)
             processes.stop(list(reversed(self._children)))
             log.info("stopped")
 
@@ -207,6 +224,14 @@ class Stack:
         self.files.etcd_data.chmod(0o700)
         pki.write_service_account_key(self.files.service_account_key)
         token = pki.write_token_file(self.files.tokens)
+        ca = pki.write_ca(self.files.pki)
+        cert, key = self.files.kubelet_client
+        pki.issue_client_cert(
+            ca,
+            common_name="kube-apiserver-kubelet-client",
+            groups=("system:masters",),
+            out=pki.CertPair(cert=cert, key=key),
+        )
         self.files.kubeconfig.write_text(pki.kubeconfig(server=self.server, token=token))
         self.files.kubeconfig.chmod(0o600)
         self.files.kwok_config.write_text(STAGES)
@@ -270,6 +295,22 @@ class Stack:
                 path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
                 with contextlib.suppress(ApiError):
                     await api.call("DELETE", path, body={"gracePeriodSeconds": 0})
+
+    async def _start_real_node(self, api: KubeApi) -> None:
+        self.real_node = RealNode(
+            state_dir=self.options.state_dir,
+            bin_dir=self.options.bin_dir,
+            images_dir=self.options.images_dir,
+            logs=self.files.logs,
+        )
+        ca = pki.CertPair(cert=self.files.ca_cert, key=self.files.pki / "ca.key")
+        try:
+            # The API server's self-signed serving bundle: the kubelet verifies the server.
+            await self.real_node.start(
+                api=api, server=self.server, ca=ca, api_ca=self.files.pki / "apiserver.crt"
+            )
+        except RealNodeError as exc:
+            raise StackError(str(exc)) from None
 
     def _apply_crds(self) -> None:
         kubectl = str(self.options.bin_dir / "kubectl")
@@ -388,6 +429,7 @@ class Stack:
             "podNetwork": f"127.{self.options.shape.pod_octet}.0.0/16",
             "prometheus": f"http://127.0.0.1:{self.ports.prometheus}",
             "startSeconds": round(time.monotonic() - started, 2),
+            "realNode": realnode.NODE_NAME if self.real_node is not None else None,
             "children": {c.name: c.popen.pid for c in self._children},
         }
         path = info_path(self.options.state_dir)
