@@ -16,15 +16,16 @@ export TOKENFLEET_APT := redis-server:redis-server prometheus:prometheus gcc:bui
   podman:podman buildah:buildah runc:runc mmdebstrap:mmdebstrap iptables:iptables \
   /usr/lib/cni/bridge:containernetworking-plugins
 
-.PHONY: help up down status test unit integration lint crds bench clean preflight binaries native \
-  images locks
+.PHONY: help up down status test unit integration lint crds manifests bench clean preflight binaries \
+  native images locks
 
 help:
 	@echo "make up      start the local platform (control plane, simulated GPU nodes, node agent)"
 	@echo "make down    stop everything make up started"
 	@echo "make test    lint + the full test suite against the real local control plane"
 	@echo "make lint    ruff, mypy --strict, import-linter"
-	@echo "make crds    re-render crds/ from tokenfleet.api"
+	@echo "make crds    re-render crds/ (and the chart's copy) from tokenfleet.api"
+	@echo "make manifests  re-render manifests/ from charts/tokenfleet (helm template)"
 	@echo "make images  build the container images (podman; cached)"
 	@echo "make native  compile the hot paths with mypyc (make up and make test do it)"
 	@echo "make bench   benchmarks (figures, side by side with peers)"
@@ -42,7 +43,7 @@ $(VENV)/.installed: pyproject.toml | preflight
 	@touch $@
 
 binaries: preflight
-	@echo "building control-plane binaries (cached in $(TOKENFLEET_CACHE)/bin) ..."
+	@echo "building control-plane binaries and helm (cached in $(TOKENFLEET_CACHE)/bin) ..."
 	@tools/build.sh >/dev/null
 
 # Container images (TokenFleet, the worker simulator, the real node's pause image), built with
@@ -77,6 +78,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/mypy $(addsuffix /tokenfleet,$(ROOTS)) tools/build_native.py
 	$(VENV)/bin/lint-imports
 	$(PY) -m tokenfleet.api.crd --check crds
+	$(PY) -m tokenfleet.api.crd --check charts/tokenfleet/crds
 
 unit: $(VENV)/.installed native
 	$(PY) -m pytest tests/unit
@@ -106,6 +108,12 @@ bench: $(VENV)/.installed binaries native $(PEERS)/.installed
 
 crds: $(VENV)/.installed
 	$(PY) -m tokenfleet.api.crd --write crds
+	$(PY) -m tokenfleet.api.crd --write charts/tokenfleet/crds
+
+# manifests/ (kustomize, GitOps) is rendered from the chart with the built helm; a test checks
+# it is current, like the CRDs.
+manifests: $(VENV)/.installed binaries
+	$(PY) tools/render_manifests.py --write
 
 clean: down
 	rm -rf .tokenfleet

@@ -23,7 +23,9 @@ EXTRA = {"worker-image": {"Dockerfile", "Dockerfile.dockerignore"}}
 
 
 def test_the_roots_pyproject_packages_are_the_folders_on_disk() -> None:
-    on_disk = {p.parent.name for p in REPO.glob("*/tokenfleet") if p.is_dir()}
+    # A source root is a top-level folder whose tokenfleet/ holds Python (charts/tokenfleet is
+    # the Helm chart, not a root).
+    on_disk = {p.relative_to(REPO).parts[0] for p in REPO.glob("*/tokenfleet/**/*.py")}
     assert set(ROOTS) == on_disk
     assert HATCH["dev-mode-dirs"] == ROOTS, "an editable install would drop a root"
     assert HATCH["targets"]["wheel"]["only-include"] == [f"{r}/tokenfleet" for r in ROOTS]

@@ -1,7 +1,12 @@
-"""Shared model base and the standard status vocabulary (conditions, observedGeneration)."""
+"""Shared model base and the standard status vocabulary (conditions, observedGeneration, times).
+
+The API group and version are spelled here and nowhere else: the CRD renderer, the operator's
+API calls and kopf registrations, and every other part build on these constants.
+"""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -9,6 +14,9 @@ from pydantic.alias_generators import to_camel
 
 API_GROUP = "tokenfleet.io"
 API_VERSION = "v1alpha1"
+#: ``apiVersion`` of every TokenFleet object, and the middle of its REST path
+#: (``/apis/{API_GROUP_VERSION}/namespaces/...``).
+API_GROUP_VERSION = f"{API_GROUP}/{API_VERSION}"
 
 #: One Kubernetes name segment (RFC 1123 label): what a human may type for names we look up.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -27,6 +35,26 @@ class Model(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """The object as the API server stores it: camelCase keys, unset optionals left out."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def to_patch(self) -> dict[str, Any]:
+        """Only the fields given when the object was built, camelCase: a merge patch that
+        leaves every other field as the API server has it (a field given as None clears it)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def rfc3339(moment: datetime.datetime) -> str:
+    """``moment`` as every status, condition and Event time is written: RFC 3339 in UTC, whole
+    seconds, with 'Z' (metav1.Time's form). Seconds only, so that a pass that decides nothing
+    new writes the same text and the status compares equal."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def from_rfc3339(text: str) -> datetime.datetime:
+    """A time written by :func:`rfc3339` (or any RFC 3339 text with 'Z' or an offset).
+
+    Raises ValueError on anything else: callers decide what an unreadable time means.
+    """
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 ConditionStatus = Literal["True", "False", "Unknown"]

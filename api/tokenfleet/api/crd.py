@@ -205,7 +205,7 @@ def openapi_schema(kind: Kind) -> Schema:
         {k: v for k, v in raw.items() if k != "$defs"}, raw.get("$defs", {}), ""
     )
     body["properties"] = {
-        "apiVersion": {"type": "string", "description": "tokenfleet.io/v1alpha1"},
+        "apiVersion": {"type": "string", "description": base.API_GROUP_VERSION},
         "kind": {"type": "string", "description": kind.kind},
         # The API server allows nothing but the type here; kubectl explain shows ObjectMeta docs.
         "metadata": {"type": "object"},

@@ -11,11 +11,12 @@ import shutil
 import sys
 from pathlib import Path
 
+from tokenfleet.api.base import API_GROUP_VERSION
 from tokenfleet.devstack.controlplane import Component
 
 DEV_TENANT = "dev"
 DEV_NAMESPACE = "default"
-DEV_TENANT_YAML = f"""apiVersion: tokenfleet.io/v1alpha1
+DEV_TENANT_YAML = f"""apiVersion: {API_GROUP_VERSION}
 kind: Tenant
 metadata: {{name: {DEV_TENANT}, namespace: {DEV_NAMESPACE}}}
 spec:

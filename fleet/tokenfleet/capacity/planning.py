@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import Field
 
-from tokenfleet.api.base import Model
+from tokenfleet.api.base import API_GROUP_VERSION, Model
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.operator.policy import placement
 
@@ -217,7 +217,7 @@ def pool_snippet(
         spec["accelerator"] = {"product": profile.accelerator}
     InferencePoolSpec.model_validate(spec)
     doc = {
-        "apiVersion": "tokenfleet.io/v1alpha1",
+        "apiVersion": API_GROUP_VERSION,
         "kind": "InferencePool",
         "metadata": {"name": name},
         "spec": spec,

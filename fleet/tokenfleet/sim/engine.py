@@ -56,6 +56,8 @@ class Simulation:
         self.stream_pool = [s.pool for s in scenario.streams]
         self.stream_cls = [s.cls for s in scenario.streams]
         self.stream_prefix = [s.shared_prefix.tokens for s in scenario.streams]
+        self.stream_zones = [list(s.zones) for s in scenario.streams]
+        self.stream_sent = [0] * len(scenario.streams)  # arrivals so far: whose turn a zone is
         initial = {p.name: p.initial_replicas for p in scenario.pools}
         self._arrivals: Iterator[traffic.Second] = iter(())
         self._second: traffic.Second | None = None
@@ -131,6 +133,7 @@ class Simulation:
             output_tokens=n_out,
             prefix=prefix,
             prefix_tokens=self.stream_prefix[stream] if prefix >= 0 else 0,
+            zone=self._gateway_zone(stream),
         )
         req.pool = name
         self.rec.arrived(req)
@@ -138,6 +141,16 @@ class Simulation:
             pool.end(req, "shed", "ContextTooLong", t)
         else:
             pool.admit(req, t)
+
+    def _gateway_zone(self, stream: int) -> str:
+        """The zone of the gateway replica the stream's next request reaches (they take turns,
+        as a load balancer spreads clients over the gateway's replicas)."""
+        zones = self.stream_zones[stream]
+        if not zones:
+            return ""
+        sent = self.stream_sent[stream]
+        self.stream_sent[stream] = sent + 1
+        return zones[sent % len(zones)]
 
     def _zone_events(self, now: float) -> None:
         for loss in self.scenario.zone_losses:
@@ -243,7 +256,7 @@ class Simulation:
                 pool.name,
                 ready=len(ready),
                 holding=pool.holding(),
-                queued=sum(pool.queued.values()),
+                queued=sum(pool.ledger.queued.values()),
                 oldest=pool.oldest_age(now),
                 kv=sum(r.kv_usage() for r in ready) / len(ready) if ready else 0.0,
             )

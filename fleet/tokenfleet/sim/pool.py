@@ -1,20 +1,22 @@
 """One simulated pool: its gateway side (queues, in-flight counts, routing) and its replicas.
 
-The gateway side calls the product's cores exactly as ``tokenfleet.gateway.queues`` does:
-``admission.admit`` for each arrival, ``admission.next_up`` whenever slots may be free,
-``admission.expire`` for waiters past their age or deadline, and ``routing.choose`` for the
-replica. Scaling sets replicas per zone through :meth:`Pool.reconcile`.
+The gateway side keeps the gateway's own bookkeeping, a :class:`~tokenfleet.gateway.policy.
+ledger.Ledger`, and calls the product's cores exactly as ``tokenfleet.gateway.queues`` and
+``router`` do: ``admission.admit`` for each arrival, ``admission.next_up`` whenever slots may be
+free, ``admission.expire`` for waiters past their age or deadline, and ``routing.pick`` for the
+replica with the request built by ``routing.ask``. Scaling sets replicas per zone through
+:meth:`Pool.reconcile`.
 """
 
 from __future__ import annotations
 
-import collections
 import itertools
 import random
 
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.gateway.policy import admission, prefix, routing
 from tokenfleet.gateway.policy.admission import ClassPolicy, PoolLoad, Waiting
+from tokenfleet.gateway.policy.ledger import Ledger
 from tokenfleet.gateway.policy.rejections import Rejected
 from tokenfleet.operator.policy import placement, scaling
 from tokenfleet.sim.replica import Replica, Request, mark_first_token
@@ -23,7 +25,8 @@ from tokenfleet.sim.scenario import Performance
 from tokenfleet.sim.stats import Recorder
 
 CHARS_PER_TOKEN = 4  # to turn a shared prefix's tokens into the prompt text routing hashes
-FIRST_TRY = routing.Ask()
+#: The simulated gateway models no outlier ejection: no replica fails on its own.
+NONE_EJECTED: frozenset[str] = frozenset()
 
 
 class Pool:
@@ -41,7 +44,6 @@ class Pool:
     ) -> None:
         self.name, self.spec, self.perf = name, spec, perf
         self.rec, self.rng, self.ids = rec, rng, ids
-        self.tickets = itertools.count(1)
         self.zones = list(spec.zones.names) or ["zone-a", "zone-b", "zone-c"]
         self.dead_zones: set[str] = set()  # down now
         self.known_lost: set[str] = set()  # down, and the operator knows it
@@ -57,19 +59,14 @@ class Pool:
         self.endpoints: dict[int, routing.Endpoint] = {}
         self.group = routing.EMPTY
         self.routing = routing.Policy.of(spec.routing)
+        self.prefix_aware = routing.wants_prefix(self.routing)
+        self.sequence = 0  # the gateway's request counter (RoundRobin turns with it)
         self.prefixes = prefix.PrefixIndex()
         self.prefix_hashes: dict[int, tuple[bytes, ...]] = {}
         self.by_url: dict[str, Replica] = {}
         self.routed: dict[str, int] = {}  # requests in flight per replica, as the gateway counts
         self.loads: dict[str, routing.Load] = {}  # the gateway's last scrape of each replica
-        self.in_flight: dict[str, int] = dict.fromkeys(self.policies, 0)
-        self.queues: dict[str, collections.deque[tuple[Waiting, Request]]] = {
-            c: collections.deque() for c in self.policies
-        }
-        self.queued: dict[str, int] = dict.fromkeys(self.policies, 0)
-        self.heads: dict[str, Waiting] = {}
-        self.service_rate = 0.0
-        self.completions = 0
+        self.ledger: Ledger[Request] = Ledger(self.policies)
         self.capacity = 0
         self.waits: list[float] = []  # queue waits of the scaling classes since the last look
         self.prompt_tokens = 0  # since the last look
@@ -81,15 +78,9 @@ class Pool:
     # ---- gateway view ----------------------------------------------------------------------
 
     def _load(self) -> PoolLoad:
-        # A view over the live counters: the core only reads it, and capacity and rate change
-        # only between ticks, so one view serves a whole tick.
-        return PoolLoad(
-            capacity=self.capacity,
-            in_flight=self.in_flight,
-            queued=self.queued,
-            heads=self.heads,
-            service_rate=self.service_rate,
-        )
+        # The ledger's view follows its counts, and capacity and rate change only between
+        # ticks, so one view serves a whole tick.
+        return self.ledger.load(self.capacity)
 
     def refresh(self) -> None:
         self.capacity = len(self.ready) * self.perf.max_num_seqs
@@ -97,13 +88,16 @@ class Pool:
         self.load = self._load()
 
     def tick_rate(self, seconds: float) -> None:
-        self.service_rate = admission.ewma_rate(self.service_rate, self.completions, seconds)
-        self.completions = 0
+        self.ledger.measure(seconds)
         self.refresh()
 
     def oldest_age(self, now: float, classes: list[str] | None = None) -> float:
         return max(
-            (now - w.enqueued_at for c, w in self.heads.items() if classes is None or c in classes),
+            (
+                now - w.enqueued_at
+                for c, w in self.ledger.heads.items()
+                if classes is None or c in classes
+            ),
             default=0.0,
         )
 
@@ -117,23 +111,13 @@ class Pool:
         if type(decision) is admission.Start:
             self._start(req, now)
         elif type(decision) is admission.Enqueue:
-            entry = Waiting(
-                ticket=next(self.tickets),
-                cls=req.cls,
-                enqueued_at=req.arrival,
-                deadline=req.deadline,
-            )
-            queue = self.queues[req.cls]
-            queue.append((entry, req))
-            self.queued[req.cls] += 1
-            if len(queue) == 1:
-                self.heads[req.cls] = entry
+            self.ledger.enqueue(req, cls=req.cls, enqueued_at=req.arrival, deadline=req.deadline)
         else:
             assert isinstance(decision, Rejected)
             self.end(req, "shed", decision.reason.value, now)
 
     def _start(self, req: Request, now: float) -> None:
-        self.in_flight[req.cls] += 1
+        self.ledger.start(req.cls)
         if req.cls in self.queue_age_classes:
             self.waits.append(now - req.arrival)
         self.dispatch(req, now)
@@ -152,13 +136,16 @@ class Pool:
 
     def dispatch(self, req: Request, now: float, tried: frozenset[str] = frozenset()) -> None:
         """Route a started request to a replica (again, after its replica died unanswered)."""
-        hashes = self._hashes(req)
-        if hashes or tried:
-            ask = routing.Ask(
-                match=self.prefixes.match(hashes) if hashes else prefix.NO_MATCH, tried=tried
-            )
-        else:
-            ask = FIRST_TRY  # most requests: no shared prefix, first attempt (immutable: shared)
+        hashes = self._hashes(req) if self.prefix_aware else ()
+        self.sequence += 1
+        ask = routing.ask(
+            policy=self.routing,
+            match=self.prefixes.match(hashes) if hashes else prefix.NO_MATCH,
+            zone=req.zone,
+            tried=tried,
+            ejected=NONE_EJECTED,
+            sequence=self.sequence,
+        )
         choice = routing.pick(
             self.group,
             in_flight=self.routed,
@@ -194,7 +181,6 @@ class Pool:
         replica = req.replica
         if replica is not None:
             self.routed[replica.url] -= 1
-        self.completions += 1
         self.served += 1
         self.prompt_tokens += req.input
         self.generated_tokens += req.output
@@ -206,35 +192,32 @@ class Pool:
         if req.finished is None:
             req.finished = now
         if outcome in ("served", "failed") and req.dispatched is not None:
-            self.in_flight[req.cls] -= 1
+            self.ledger.release(req.cls, completed=outcome == "served")
         self.rec.ended(req)
 
-    def _pop(self, cls: str) -> Request:
-        queue = self.queues[cls]
-        _, req = queue.popleft()
-        self.queued[cls] -= 1
-        if queue:
-            self.heads[cls] = queue[0][0]
-        else:
-            del self.heads[cls]
+    def _pop(self, head: Waiting) -> Request:
+        req = self.ledger.remove(head)
+        assert req is not None  # heads are live waiters
         return req
 
     def expire(self, now: float) -> None:
         """Waiters past their class's age or their deadline leave (oldest first per class)."""
-        for cls, queue in self.queues.items():
-            while queue:
-                gone = admission.expire(policies=self.policies, queued=[queue[0][0]], now=now)
+        heads = self.ledger.heads
+        for cls in self.policies:
+            while cls in heads:
+                head = heads[cls]
+                gone = admission.expire(policies=self.policies, queued=[head], now=now)
                 if not gone:
                     break
-                self.end(self._pop(cls), "timed_out", gone[0][1].reason.value, now)
+                self.end(self._pop(head), "timed_out", gone[0][1].reason.value, now)
 
     def wake(self, now: float) -> None:
         """Start waiters while slots are free."""
-        while self.heads:
+        while self.ledger.heads:
             head = admission.next_up(policies=self.policies, load=self.load)
             if head is None:
                 return
-            self._start(self._pop(head.cls), now)
+            self._start(self._pop(head), now)
 
     # ---- replicas ------------------------------------------------------------------------
 
@@ -350,7 +333,7 @@ class Pool:
             alive=sum(1 for r in self.replicas if not r.draining),
             oldest_queue_age=self.oldest_age(now, self.queue_age_classes),
             queue_wait_p95=waits[int(0.95 * (len(waits) - 1))] if waits else None,
-            queue_length=sum(self.queued.values()),
+            queue_length=sum(self.ledger.queued.values()),
             engine_waiting=sum(len(r.waiting) for r in ready),
             kv_cache_usage=sum(r.kv_usage() for r in ready) / len(ready) if ready else None,
             busy=sum(min(1.0, r.busy_window / interval) for r in ready),

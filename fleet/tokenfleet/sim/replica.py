@@ -45,6 +45,7 @@ class Request:
         "reason",
         "replica",
         "stream",
+        "zone",
     )
 
     def __init__(
@@ -59,6 +60,7 @@ class Request:
         output_tokens: int,
         prefix: int,
         prefix_tokens: int,
+        zone: str = "",
     ) -> None:
         self.index = index
         self.stream = stream
@@ -69,6 +71,7 @@ class Request:
         self.output = output_tokens
         self.prefix = prefix  # shared-prefix group, -1 for none
         self.prefix_tokens = prefix_tokens
+        self.zone = zone  # of the gateway replica it reached ("" → no zone preference)
         self.pool = ""
         self.dispatched: float | None = None
         self.first_token: float | None = None

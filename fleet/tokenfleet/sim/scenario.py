@@ -75,6 +75,11 @@ class Stream(Model):
     shared_prefix: SharedPrefix = Field(
         default_factory=SharedPrefix, description="Common prefixes."
     )
+    zones: list[str] = Field(
+        default_factory=list,
+        description="Zones of the gateway replicas its clients reach, in turn; routing then "
+        "prefers replicas in the request's zone (routing.zoneWeight). Empty: no zone preference.",
+    )
 
     def rps(self, t: float) -> float:
         points = self.rate

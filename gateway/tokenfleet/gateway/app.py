@@ -18,10 +18,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
 from tokenfleet.gateway import router
-from tokenfleet.gateway.completion import Completion, authenticate, reject
+from tokenfleet.gateway.completion import Completion
 from tokenfleet.gateway.config import Settings
+from tokenfleet.gateway.intake import authenticate, reject
 from tokenfleet.gateway.metrics import Metrics
-from tokenfleet.gateway.policy import bodies
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
@@ -31,24 +31,12 @@ access_log = logging.getLogger("tokenfleet.gateway.access")
 log = logging.getLogger("tokenfleet.gateway")
 
 
-async def _completion(request: web.Request, kind: bodies.Kind) -> web.StreamResponse:
-    completion = Completion(request, kind)
-    try:
-        return await completion.run()
-    except (asyncio.CancelledError, ConnectionResetError):
-        # The client went away (or we are shutting down): upstream is already closed.
-        completion.log.update(outcome="cancelled", reason="client_disconnected")
-        completion.count("cancelled", "client_disconnected")
-        completion.write_log()
-        raise
-
-
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _completion(request, "chat")
+    return await Completion(request, "chat").run()
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    return await _completion(request, "completion")
+    return await Completion(request, "completion").run()
 
 
 async def list_models(request: web.Request) -> web.Response:
@@ -174,7 +162,7 @@ async def _queue_gauges(app: web.Application) -> Any:
         while True:
             now = time.monotonic()
             for key, q in state.admitter.pools.items():
-                for cls in list(q.waiting):
+                for cls in list(q.queued):
                     state.metrics.observe_queue(key, cls, q.depth(cls), q.oldest_age(cls, now))
             await asyncio.sleep(QUEUE_GAUGE_SECONDS)
 

@@ -7,6 +7,10 @@ client (proxy raises UpstreamFailed exactly then), only if another endpoint may 
 (connect error, 5xx, 429), only within ``max_attempts``, the retry budget and the deadline,
 after a jittered backoff. A stream that breaks after its first byte ends with an error event
 and is never retried: the client already holds part of an answer.
+
+The caller's headers and log are left alone: :func:`serve` returns the outcome, and tells the
+caller where each attempt goes (a :class:`Trail`) before it is sent, so a request whose client
+leaves mid-attempt is still logged with the endpoint it was on.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -41,73 +45,130 @@ class Work:
     due: float
 
 
-async def serve(
-    work: Work,
-    *,
-    state: GatewayState,
-    request: web.Request,
-    headers: dict[str, str],
-    log: dict[str, Any],
-) -> proxy.Outcome | Rejected:
-    """Forward ``work`` until an endpoint answers; Rejected if none did before any byte."""
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Trail:
+    """Where one attempt went, for the access log and the response's revision header."""
+
+    endpoint: str  # its URL
+    why: str  # the routing reason, a metric label
+    attempt: int  # 1 for the first
+    revision: str  # the endpoint's ("" when it has none)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Plan:
+    """What every attempt of one request shares: its endpoints and its prefix."""
+
+    group: routing.Group  # the chosen revision's endpoints
+    hashes: tuple[bytes, ...]  # the prompt's block hashes (none unless routing reads them)
+    match: prefix.Match
+
+
+def _plan(work: Work, *, state: GatewayState, pinned: str | None) -> _Plan | Rejected:
+    """The revision (once per request), its endpoints, and the prompt's place in the index."""
     router, snapshot, model, pool = state.router, state.catalog.endpoints, work.model, work.pool
     revision = routing.choose_revision(
         model.revision_weights,
         available=snapshot.revisions(model.name, pool=pool.key),
-        pinned=request.headers.get(REVISION_HEADER),
+        pinned=pinned,
         rng=router.rng,
     )
     if revision is None:
         return Rejected(
             reason=Reason.NO_ENDPOINTS,
             retry_after=5.0,
-            message=f"revision '{request.headers.get(REVISION_HEADER)}' of '{model.name}' has "
-            "no ready replica",
+            message=f"revision '{pinned}' of '{model.name}' has no ready replica",
         )
-    group = snapshot.group(model.name, pool=pool.key, revision=revision)
     hashes = (
         prefix.block_hashes(
             work.parsed.prefix_text, model=model.name, salt=str(work.body.get("cache_salt", ""))
         )
-        if pool.routing.kind == "PrefixAware"
+        if routing.wants_prefix(pool.routing)
         else ()
     )
-    match = router.index.match(hashes) if hashes else prefix.NO_MATCH
+    return _Plan(
+        group=snapshot.group(model.name, pool=pool.key, revision=revision),
+        hashes=hashes,
+        match=router.index.match(hashes) if hashes else prefix.NO_MATCH,
+    )
+
+
+async def serve(
+    work: Work,
+    *,
+    state: GatewayState,
+    request: web.Request,
+    headers: Mapping[str, str],
+    tried: Callable[[Trail], None],
+) -> proxy.Outcome | Rejected:
+    """Forward ``work`` until an endpoint answers; Rejected if none did before any byte.
+
+    ``headers`` go on the response (with the serving revision's); ``tried`` hears each
+    attempt's :class:`Trail` before it is sent."""
+    plan = _plan(work, state=state, pinned=request.headers.get(REVISION_HEADER))
+    if isinstance(plan, Rejected):
+        return plan
+    router, model = state.router, work.model
     payload = orjson.dumps(work.body)
     router.count_request()
-    tried: frozenset[str] = frozenset()
+    sent = dict(headers)  # the last revision stays on them if a later endpoint has none
+    failed_on: frozenset[str] = frozenset()
     failure = Rejected(
         reason=Reason.NO_ENDPOINTS,
         retry_after=5.0,
         message=f"no ready replica serves '{model.name}' right now",
     )
     for attempt in range(1, state.settings.max_attempts + 1):
-        choice = router.choose(
-            group, model=model.name, policy=pool.routing, match=match, tried=tried
+        endpoint = _route(
+            work, plan, state=state, attempt=attempt, failed_on=failed_on, tried=tried
         )
-        if choice is None:
+        if endpoint is None:
             return failure
-        endpoint = choice.endpoint
-        log.update(endpoint=endpoint.url, route_reason=choice.why.value, attempts=attempt)
         if endpoint.revision:
-            headers[REVISION_HEADER] = endpoint.revision
-        # Recorded when sent, not when answered: requests for the same prefix that arrive while
-        # the first is still prefilling must follow it, not scatter and prefill it everywhere.
-        router.record(hashes, endpoint)
+            sent[REVISION_HEADER] = endpoint.revision
         try:
-            outcome = await _attempt(
-                state, endpoint, payload=payload, work=work, request=request, headers=headers
+            return await _attempt(
+                state, endpoint, payload=payload, work=work, request=request, headers=sent
             )
         except proxy.UpstreamFailed as failed:
             failure = failed.rejected
             if not _may_retry(state, failed, attempt=attempt, due=work.due, model=model.name):
                 return failure
             state.metrics.routing.retries.labels(model.name, failed.cause).inc()
-            tried |= {endpoint.url}
+            failed_on |= {endpoint.url}
             await asyncio.sleep(router.backoff(attempt))
-            continue
-        return outcome
     return failure
+
+
+def _route(
+    work: Work,
+    plan: _Plan,
+    *,
+    state: GatewayState,
+    attempt: int,
+    failed_on: frozenset[str],
+    tried: Callable[[Trail], None],
+) -> routing.Endpoint | None:
+    """This attempt's endpoint (none it failed on), told to the caller; None if none is left."""
+    choice = state.router.choose(
+        plan.group,
+        model=work.model.name,
+        policy=work.pool.routing,
+        match=plan.match,
+        tried=failed_on,
+    )
+    if choice is None:
+        return None
+    endpoint = choice.endpoint
+    tried(
+        Trail(
+            endpoint=endpoint.url, why=choice.why.value, attempt=attempt, revision=endpoint.revision
+        )
+    )
+    # Recorded when sent, not when answered: requests for the same prefix that arrive while
+    # the first is still prefilling must follow it, not scatter and prefill it everywhere.
+    state.router.record(plan.hashes, endpoint)
+    return endpoint
 
 
 async def _attempt(

@@ -1,93 +1,139 @@
 """One completion request's way through the gateway, as a recipe.
 
-authenticate → parse → resolve the model → the pool's context bucket and the tenant's cap →
-deadline → quota reservation → admission → endpoint → relay → settle → observe. Every
-refusal is a Rejected value, rendered by :func:`reject`.
+:meth:`Completion.answer` runs the request path of docs/architecture.md, one step each:
+
+1. **authenticate** — the API key → a Tenant;
+2. **validate** — the body, the model and the tenant's right to it, the pool by context bucket,
+   the prompt and ``max_tokens`` limits;
+3. **assign** — the traffic class and the deadline: the :class:`Admitted` request, built once;
+4. **admit** — the tenant's token quota, then the pool's queue for the class (held through a
+   cold start), on the model or its fallback (:mod:`~tokenfleet.gateway.policy.fallback`);
+5. **route** and 6. **proxy** — revision, endpoint and retries (:mod:`.attempts`), relayed;
+7. **observe** — metrics, the access log, and the quota settled with what was used.
+
+Each step returns a value or a Rejected; a Rejected is rendered in one place, :meth:`refuse`.
+The business rules are pure functions in ``policy/``; this module only sequences them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import dataclasses
 import itertools
 import json
 import logging
 import os
 import time
-from collections.abc import Mapping
 from typing import Any
 
-import orjson
 from aiohttp import web
 
-from tokenfleet.gateway import attempts, keys, proxy
+from tokenfleet.gateway import attempts, proxy
 from tokenfleet.gateway.catalog import Catalog, Model, Pool, Tenant
-from tokenfleet.gateway.config import Settings
-from tokenfleet.gateway.policy import admission, bodies, deadlines, routing
+from tokenfleet.gateway.intake import authenticate, parse_body, reject
+from tokenfleet.gateway.policy import admission, bodies, deadlines, fallback, routing, usage
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.policy.salt import cache_salt
-from tokenfleet.gateway.state import STATE
-
-#: Admission refusals that mean "no room on this model": its fallback may take the request.
-NO_ROOM = frozenset(
-    {
-        Reason.NO_ENDPOINTS,
-        Reason.QUEUE_FULL,
-        Reason.QUEUE_TIMEOUT,
-        Reason.DEADLINE_UNMEETABLE,
-        Reason.SHED,
-    }
-)
+from tokenfleet.gateway.state import STATE, GatewayState
 
 access_log = logging.getLogger("tokenfleet.gateway.access")
-log = logging.getLogger("tokenfleet.gateway")
+FALLBACK_HEADER = "X-TokenFleet-Fallback-From"
 
 
-def reject(rejected: Rejected, extra: Mapping[str, str] | None = None) -> web.Response:
-    headers = dict(extra or {})
-    if rejected.retry_after is not None:
-        headers["Retry-After"] = str(max(1, round(rejected.retry_after)))
-    return web.Response(
-        body=orjson.dumps(rejected.body()),
-        status=rejected.status,
-        content_type="application/json",
-        headers=headers,
-    )
-
-
-def authenticate(catalog: Catalog, header: str | None) -> Tenant | Rejected:
-    if not header or not header.startswith("Bearer ") or len(header) < 8:
-        return Rejected(
-            reason=Reason.MISSING_API_KEY,
-            message="missing API key: send 'Authorization: Bearer <key>'",
-        )
-    tenant = catalog.tenants_by_key_hash.get(keys.hash_key(header[7:].strip()))
-    if tenant is None:
-        return Rejected(reason=Reason.INVALID_API_KEY, message="invalid API key")
-    return tenant
-
-
-async def read_body(request: web.Request, settings: Settings) -> bytes | Rejected:
-    too_big = Rejected(
-        reason=Reason.BODY_TOO_LARGE,
-        message=f"request body larger than {settings.max_body_bytes} bytes",
-    )
-    if request.content_length is not None and request.content_length > settings.max_body_bytes:
-        return too_big
-    try:
-        async with asyncio.timeout(settings.body_timeout_seconds):
-            return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        return too_big
-    except TimeoutError:
-        return Rejected(reason=Reason.BODY_TIMEOUT, message="the request body arrived too slowly")
+def resolve(catalog: Catalog, tenant: Tenant, name: str) -> Model | Rejected:
+    """The model ``name`` means to the tenant, if the tenant may use it."""
+    model = catalog.model(name, tenant.namespace)
+    if model is not None and tenant.may_use(name, model):
+        return model
+    known = model is not None or name in catalog.endpoints.models()
+    reason = Reason.MODEL_NOT_ALLOWED if known else Reason.MODEL_NOT_FOUND
+    verb = "is not available to you" if known else "does not exist"
+    return Rejected(reason=reason, param="model", message=f"model '{name}' {verb}")
 
 
 def pick_pool(catalog: Catalog, model: Model, prompt_tokens: int, cls: str = "") -> Pool | None:
+    """The model's pool for a prompt of this size and a tenant of class ``cls``."""
     options = [catalog.pools[p].option() for p in model.pools if p in catalog.pools]
     key = routing.choose_pool(options, prompt_tokens=prompt_tokens, cls=cls)
     return catalog.pools[key] if key is not None else None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """Where a request may run: a model, its pool, and the tenant's class in that pool."""
+
+    model: Model
+    pool: Pool
+    cls: str
+
+
+def target(
+    catalog: Catalog, model: Model, *, tenant: Tenant, prompt_tokens: int, dedicated: str
+) -> Target | None:
+    """The model's pool for the prompt (pools ``dedicated`` to a class first), None if none."""
+    pool = pick_pool(catalog, model, prompt_tokens, dedicated)
+    if pool is None:
+        return None
+    return Target(
+        model=model, pool=pool, cls=admission.class_for(tenant.priority_class, pool.classes)
+    )
+
+
+def place(catalog: Catalog, tenant: Tenant, parsed: bodies.Parsed) -> Target | Rejected:
+    """Step 2 past the body: the model the tenant may use, its pool for this prompt (pools
+    dedicated to the tenant's class first), and the pool's and the tenant's limits."""
+    model = resolve(catalog, tenant, parsed.model)
+    if isinstance(model, Rejected):
+        return model
+    primary = target(
+        catalog,
+        model,
+        tenant=tenant,
+        prompt_tokens=parsed.prompt_tokens,
+        dedicated=tenant.priority_class,
+    )
+    if primary is None:
+        return Rejected(
+            reason=Reason.NO_ENDPOINTS,
+            retry_after=5.0,
+            message=f"model '{parsed.model}' has no pool configured",
+        )
+    limit = bodies.check_limits(
+        parsed, max_input_tokens=primary.pool.max_input_tokens, max_tokens_cap=tenant.max_tokens_cap
+    )
+    return limit if limit is not None else primary
+
+
+def spare_for(
+    catalog: Catalog, primary: Target, *, tenant: Tenant, prompt_tokens: int
+) -> Target | None:
+    """Where the model's fallback would run the request (any of its pools, by context bucket)."""
+    model = primary.model
+    spare = catalog.model(model.fallback, model.namespace) if model.fallback else None
+    if spare is None:
+        return None
+    return target(catalog, spare, tenant=tenant, prompt_tokens=prompt_tokens, dedicated="")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Admitted:
+    """A request past steps 1-3, built once: everything the later steps read."""
+
+    tenant: Tenant
+    parsed: bodies.Parsed
+    primary: Target
+    fallback: Target | None
+    due: float  # monotonic seconds
+    max_tokens: int  # within the tenant's cap (a degraded class may lower it further)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Answered:
+    """What a target made of a request once it started: an upstream outcome or a refusal."""
+
+    target: Target
+    outcome: proxy.Outcome | Rejected
 
 
 _ID_PREFIX = os.urandom(6).hex()
@@ -100,270 +146,225 @@ def _new_request_id() -> str:
 
 
 class Completion:
-    """One completion request on its way through the gateway."""
+    """One completion request on its way through the gateway: :meth:`answer` is the recipe.
+
+    It owns what the request reports: the access-log record, the response headers, and the
+    tokens used (settled against the quota even when the client leaves)."""
 
     def __init__(self, request: web.Request, kind: bodies.Kind) -> None:
         self.request = request
         self.kind = kind
-        self.state = request.app[STATE]
+        self.state: GatewayState = request.app[STATE]
         self.started = time.monotonic()
         self.request_id = request.headers.get("X-Request-Id", "")[:64] or _new_request_id()
         self.log: dict[str, Any] = {"request_id": self.request_id, "route": request.path}
-        self.used_tokens = 0  # what the request has consumed so far: settled even on cancel
+        self.used_tokens = 0  # what the request has consumed so far
         self.headers = {"X-Request-Id": self.request_id}  # on the response, whoever answers
 
     async def run(self) -> web.StreamResponse:
-        catalog = self.state.catalog
-        tenant = authenticate(catalog, self.request.headers.get("Authorization"))
-        if isinstance(tenant, Rejected):
-            return self.refuse(tenant)
-        self.log["tenant"] = tenant.key
-        body = await read_body(self.request, self.state.settings)
-        if isinstance(body, Rejected):
-            return self.refuse(body)
+        """The answer, or the refusal rendered; a client that left is counted and logged."""
         try:
-            decoded = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return self.refuse(
-                Rejected(reason=Reason.MALFORMED_JSON, message="the request body is not valid JSON")
-            )
-        parsed = bodies.parse(decoded, self.kind)
-        if isinstance(parsed, Rejected):
-            return self.refuse(parsed)
-        self.log["model"] = parsed.model
-        model = catalog.model(parsed.model, tenant.namespace)
-        if model is None or not tenant.may_use(parsed.model, model):
-            known = model is not None or parsed.model in catalog.endpoints.models()
-            reason = Reason.MODEL_NOT_ALLOWED if known else Reason.MODEL_NOT_FOUND
-            verb = "is not available to you" if known else "does not exist"
-            return self.refuse(
-                Rejected(reason=reason, param="model", message=f"model '{parsed.model}' {verb}")
-            )
-        pool = pick_pool(catalog, model, parsed.prompt_tokens, tenant.priority_class)
-        if pool is None:
-            return self.refuse(
-                Rejected(
-                    reason=Reason.NO_ENDPOINTS,
-                    retry_after=5.0,
-                    message=f"model '{parsed.model}' has no pool configured",
-                )
-            )
-        limit = bodies.check_limits(
-            parsed, max_input_tokens=pool.max_input_tokens, max_tokens_cap=tenant.max_tokens_cap
-        )
-        if limit is not None:
-            return self.refuse(limit)
-        cls = admission.class_for(tenant.priority_class, pool.classes)
-        self.log.update(pool=pool.key, **{"class": cls})
-        due = deadlines.deadline(
-            now=self.started,
-            header=self.request.headers.get(deadlines.HEADER),
-            default_seconds=pool.classes[cls].default_deadline,
-        )
-        if isinstance(due, Rejected):
-            return self.refuse(due)
-        max_tokens = min(parsed.max_tokens, tenant.max_tokens_cap or parsed.max_tokens)
-        reservation = await self.state.quotas.reserve(
-            tenant.key, tenant.limits, parsed.prompt_tokens + max_tokens
+            answer = await self.answer()
+        except (asyncio.CancelledError, ConnectionResetError):
+            # The client went away (or we are shutting down): upstream is already closed.
+            self.log.update(outcome="cancelled", reason="client_disconnected")
+            self.count("cancelled", "client_disconnected")
+            self.write_log()
+            raise
+        return self.refuse(answer) if isinstance(answer, Rejected) else answer
+
+    async def answer(self) -> web.StreamResponse | Rejected:
+        """The request path: each step's refusal ends it."""
+        admitted = await self.admit()  # 1 authenticate, 2 validate, 3 assign
+        if isinstance(admitted, Rejected):
+            return admitted
+        tenant, parsed = admitted.tenant, admitted.parsed
+        reservation = await self.state.quotas.reserve(  # 4 admit: the tenant's token quota...
+            tenant.key,
+            tenant.limits,
+            usage.reservation(prompt_tokens=parsed.prompt_tokens, max_tokens=admitted.max_tokens),
         )
         if isinstance(reservation, Rejected):
-            return self.refuse(reservation)
+            return reservation
         try:
-            return await self.served(
-                parsed, tenant=tenant, model=model, pool=pool, due=due, max_tokens=max_tokens
-            )
+            answered = await self.served(admitted)  # ...the pool's queue, 5 route, 6 proxy
+            if isinstance(answered, Rejected):
+                return answered
+            return self.observe(admitted, answered)  # 7 observe
         finally:
             await self.state.quotas.settle(reservation, self.used_tokens)
 
-    async def served(
-        self,
-        parsed: bodies.Parsed,
-        *,
-        tenant: Tenant,
-        model: Model,
-        pool: Pool,
-        due: float,
-        max_tokens: int,
-    ) -> web.StreamResponse:
-        """The model, or its fallback when the model has no ready replica or no room."""
-        catalog = self.state.catalog
-        fallback = catalog.model(model.fallback, model.namespace) if model.fallback else None
-        fallback_pool = pick_pool(catalog, fallback, parsed.prompt_tokens) if fallback else None
-        work = functools.partial(
-            self.admitted, parsed=parsed, tenant=tenant, due=due, max_tokens=max_tokens
+    async def admit(self) -> Admitted | Rejected:
+        """Steps 1-3: who asks, for which model and pool, in which class, by when."""
+        catalog, headers = self.state.catalog, self.request.headers
+        tenant = authenticate(catalog, headers.get("Authorization"))  # 1 authenticate
+        if isinstance(tenant, Rejected):
+            return tenant
+        self.log["tenant"] = tenant.key
+        parsed = await parse_body(self.request, self.state.settings, self.kind)  # 2 validate
+        if isinstance(parsed, Rejected):
+            return parsed
+        self.log["model"] = parsed.model
+        primary = place(catalog, tenant, parsed)
+        if isinstance(primary, Rejected):
+            return primary
+        self.log.update(pool=primary.pool.key, **{"class": primary.cls})
+        due = deadlines.deadline(  # 3 assign: the class is the pool's, the deadline its default
+            now=self.started,
+            header=headers.get(deadlines.HEADER),
+            default_seconds=primary.pool.classes[primary.cls].default_deadline,
+        )
+        if isinstance(due, Rejected):
+            return due
+        return Admitted(
+            tenant=tenant,
+            parsed=parsed,
+            primary=primary,
+            fallback=spare_for(catalog, primary, tenant=tenant, prompt_tokens=parsed.prompt_tokens),
+            due=due,
+            max_tokens=usage.max_tokens(parsed.max_tokens, cap=tenant.max_tokens_cap),
         )
 
-        def fallback_ready() -> bool:
-            endpoints = self.state.catalog.endpoints
-            return bool(
-                fallback
-                and fallback_pool
-                and endpoints.group(fallback.name, pool=fallback_pool.key)
-            )
+    async def served(self, admitted: Admitted) -> Answered | Rejected:
+        """Steps 4-6 on the model, or on its fallback when the model has no ready replica or
+        no room; Rejected if the request never started."""
+        primary, spare = admitted.primary, admitted.fallback
+        why = fallback.first(model_ready=self.ready(primary), fallback_ready=self.ready(spare))
+        if why is None:  # with no replica anywhere, it is held for the model's cold start
+            answered = await self.queued(admitted, primary)
+            if not isinstance(answered, Rejected):
+                return answered
+            why = fallback.after(answered.reason, fallback_ready=self.ready(spare))
+            if why is None:
+                return answered
+        assert spare is not None  # a fallback is only ready if there is one
+        self.state.metrics.routing.fallbacks.labels(primary.model.name, spare.model.name, why).inc()
+        self.log.update(fallback_from=primary.model.name, fallback_reason=why)
+        self.headers[FALLBACK_HEADER] = primary.model.name
+        return await self.queued(admitted, spare)
 
-        why = "no_endpoints"
-        if catalog.endpoints.group(model.name, pool=pool.key) or not fallback_ready():
-            result = await work(model=model, pool=pool)  # nothing anywhere: hold for a cold start
-            if not (isinstance(result, Rejected) and result.reason in NO_ROOM and fallback_ready()):
-                return self.refuse(result) if isinstance(result, Rejected) else result
-            why = result.reason.value
-        assert fallback is not None and fallback_pool is not None
-        self.state.metrics.routing.fallbacks.labels(model.name, fallback.name, why).inc()
-        self.log.update(fallback_from=model.name, fallback_reason=why)
-        self.headers["X-TokenFleet-Fallback-From"] = model.name
-        result = await work(model=fallback, pool=fallback_pool)
-        return self.refuse(result) if isinstance(result, Rejected) else result
+    def ready(self, to: Target | None) -> bool:
+        """Whether ``to`` has a ready replica in the current catalog."""
+        if to is None:
+            return False
+        return bool(self.state.catalog.endpoints.group(to.model.name, pool=to.pool.key))
 
-    async def admitted(
-        self,
-        *,
-        parsed: bodies.Parsed,
-        tenant: Tenant,
-        model: Model,
-        pool: Pool,
-        due: float,
-        max_tokens: int,
-    ) -> web.StreamResponse | Rejected:
-        """Hold through a cold start, queue, route and proxy; Rejected if it never started."""
-        state, admitter = self.state, self.state.admitter
-        cls = admission.class_for(tenant.priority_class, pool.classes)
-        self.log.update(pool=pool.key, **{"class": cls})
-        if not state.catalog.endpoints.group(model.name, pool=pool.key):
-            cold = await self.held(model, pool, due)
+    async def queued(self, admitted: Admitted, to: Target) -> Answered | Rejected:
+        """Hold through a cold start, wait for a slot in the class's queue, then route and
+        proxy; Rejected if it never started."""
+        state, key, cls = self.state, to.pool.key, to.cls
+        queue = state.admitter.queue(key)
+        self.log.update(pool=key, **{"class": cls})
+        if not self.ready(to):
+            cold = await self.held(to, admitted.due)
             if cold is not None:
                 return cold
-        cap = state.capacity(pool.key)
-        state.metrics.pool_arrivals.labels(pool.key, cls).inc()
-        state.metrics.queue_depth.labels(pool.key, cls).set(admitter.queue(pool.key).depth(cls) + 1)
-        refused = await admitter.acquire(
-            pool=pool.key, policies=pool.classes, capacity=cap, cls=cls, deadline=due
+        capacity = state.capacity(key)
+        state.metrics.pool_arrivals.labels(key, cls).inc()
+        state.metrics.queue_depth.labels(key, cls).set(queue.depth(cls) + 1)
+        refused = await state.admitter.acquire(
+            pool=key, policies=to.pool.classes, capacity=capacity, cls=cls, deadline=admitted.due
         )
-        self.observe_queue(pool, cls)
+        self.observe_queue(to)
         if refused is not None:
             return refused
-        started_at = time.monotonic()
-        state.metrics.queue_wait.labels(pool.key, cls).observe(started_at - self.started)
-        state.metrics.in_flight.labels(pool.key, cls).inc()
+        state.metrics.queue_wait.labels(key, cls).observe(time.monotonic() - self.started)
+        state.metrics.in_flight.labels(key, cls).inc()
         try:
-            load = admitter.queue(pool.key).load(cap)
-            capped = admission.max_tokens(policy=pool.classes[cls], load=load, requested=max_tokens)
-            return await self.proxied(
-                parsed, tenant=tenant, model=model, pool=pool, cls=cls, due=due, max_tokens=capped
+            max_tokens = admission.max_tokens(
+                policy=to.pool.classes[cls],
+                load=queue.load(capacity),
+                requested=admitted.max_tokens,
             )
+            return Answered(target=to, outcome=await self.proxied(admitted, to, max_tokens))
         finally:
-            state.metrics.in_flight.labels(pool.key, cls).dec()
-            admitter.release(
-                pool=pool.key,
-                policies=pool.classes,
-                capacity=state.capacity(pool.key),
-                cls=cls,
+            state.metrics.in_flight.labels(key, cls).dec()
+            state.admitter.release(
+                pool=key, policies=to.pool.classes, capacity=state.capacity(key), cls=cls
             )
-            self.observe_queue(pool, cls)
+            self.observe_queue(to)
 
-    async def held(self, model: Model, pool: Pool, due: float) -> Rejected | None:
+    async def held(self, to: Target, due: float) -> Rejected | None:
         """No ready replica: wait for one (a cold start) within the window and the deadline."""
         state = self.state
         until = min(due, time.monotonic() + state.settings.cold_start_seconds)
-        while not state.catalog.endpoints.group(model.name, pool=pool.key):
+        while not self.ready(to):
             left = until - time.monotonic()
             if left <= 0:
                 return Rejected(
                     reason=Reason.NO_ENDPOINTS,
                     retry_after=max(1.0, state.settings.cold_start_seconds),
-                    message=f"no ready replica serves '{model.name}' right now",
+                    message=f"no ready replica serves '{to.model.name}' right now",
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(state.changed.wait(), timeout=left)
         return None
 
     async def proxied(
-        self,
-        parsed: bodies.Parsed,
-        *,
-        tenant: Tenant,
-        model: Model,
-        pool: Pool,
-        cls: str,
-        due: float,
-        max_tokens: int,
-    ) -> web.StreamResponse:
-        state = self.state
-        body = dict(parsed.body)
-        body["model"] = model.name  # aliases are the gateway's business, not the engine's
-        body["cache_salt"] = cache_salt(
-            secret=state.settings.salt_secret, tenant=tenant.key, group=tenant.cache_group
+        self, admitted: Admitted, to: Target, max_tokens: int
+    ) -> proxy.Outcome | Rejected:
+        """Steps 5 and 6: the engine's body, then revision, endpoint and retries."""
+        tenant, parsed = admitted.tenant, admitted.parsed
+        salt = cache_salt(
+            secret=self.state.settings.salt_secret, tenant=tenant.key, group=tenant.cache_group
         )
-        if max_tokens != parsed.max_tokens or parsed.max_tokens_given:
-            body["max_tokens"] = max_tokens
-            body.pop("max_completion_tokens", None)
-        outcome = await attempts.serve(
-            attempts.Work(parsed=parsed, model=model, pool=pool, body=body, due=due),
-            state=state,
+        body = bodies.upstream(parsed, model=to.model.name, salt=salt, max_tokens=max_tokens)
+        return await attempts.serve(
+            attempts.Work(parsed=parsed, model=to.model, pool=to.pool, body=body, due=admitted.due),
+            state=self.state,
             request=self.request,
             headers=self.headers,
-            log=self.log,
+            tried=self.tried,
         )
+
+    def tried(self, trail: attempts.Trail) -> None:
+        """An attempt is on its way: the log and the response say where."""
+        self.log.update(endpoint=trail.endpoint, route_reason=trail.why, attempts=trail.attempt)
+        if trail.revision:
+            self.headers[attempts.REVISION_HEADER] = trail.revision
+
+    def observe(self, admitted: Admitted, answered: Answered) -> web.StreamResponse | Rejected:
+        """Step 7: tokens used, latency and token metrics, the count and the access log."""
+        outcome, model, cls = answered.outcome, answered.target.model.name, answered.target.cls
         if isinstance(outcome, Rejected):
-            self.used_tokens = 0  # nothing was served
-            return self.refuse(outcome)
-        completion = (
-            outcome.completion_tokens
-            if outcome.completion_tokens is not None
-            else max(0, outcome.chunks - 2)
-        )
-        prompt = (
-            outcome.prompt_tokens if outcome.prompt_tokens is not None else parsed.prompt_tokens
+            return outcome  # nothing was served: nothing used
+        prompt, completion = usage.used(
+            prompt_reported=outcome.prompt_tokens,
+            completion_reported=outcome.completion_tokens,
+            prompt_estimate=admitted.parsed.prompt_tokens,
+            events=outcome.chunks,
         )
         self.used_tokens = prompt + completion
-        self.account(
-            outcome, tenant=tenant, model=model, cls=cls, prompt=prompt, completion=completion
-        )
-        assert outcome.response is not None
-        return outcome.response
-
-    def account(
-        self,
-        outcome: proxy.Outcome,
-        *,
-        tenant: Tenant,
-        model: Model,
-        cls: str,
-        prompt: int,
-        completion: int,
-    ) -> None:
         m = self.state.metrics
-        now = time.monotonic()
         if outcome.first_byte_at is not None:
-            m.ttft.labels(model.name, cls).observe(outcome.first_byte_at - self.started)
+            m.ttft.labels(model, cls).observe(outcome.first_byte_at - self.started)
             self.log["ttft_ms"] = round((outcome.first_byte_at - self.started) * 1000, 2)
         for gap in outcome.gaps:
-            m.inter_token.labels(model.name, cls).observe(gap)
-        m.e2e.labels(model.name, cls).observe(now - self.started)
-        m.prompt_tokens.labels(tenant.key, model.name).inc(prompt)
-        m.completion_tokens.labels(tenant.key, model.name).inc(completion)
-        outcome_name = "served" if outcome.error is None and outcome.status < 400 else "failed"
-        reason = (
-            outcome.error.value
-            if outcome.error
-            else ("" if outcome.status < 400 else f"upstream_{outcome.status}")
-        )
-        self.count(outcome_name, reason, model=model.name, cls=cls)
+            m.inter_token.labels(model, cls).observe(gap)
+        m.e2e.labels(model, cls).observe(time.monotonic() - self.started)
+        m.prompt_tokens.labels(admitted.tenant.key, model).inc(prompt)
+        m.completion_tokens.labels(admitted.tenant.key, model).inc(completion)
+        ended, reason = usage.ending(status=outcome.status, error=outcome.error)
+        self.count(ended, reason, model=model, cls=cls)
         self.log.update(
             status=outcome.status,
-            outcome=outcome_name,
+            outcome=ended,
             reason=reason,
             prompt_tokens=prompt,
             completion_tokens=completion,
         )
         self.write_log()
+        assert outcome.response is not None  # proxy answers the client before it returns
+        return outcome.response
 
-    def observe_queue(self, pool: Pool, cls: str) -> None:
-        q = self.state.admitter.queue(pool.key)
+    def observe_queue(self, to: Target) -> None:
+        q = self.state.admitter.queue(to.pool.key)
         self.state.metrics.observe_queue(
-            pool.key, cls, q.depth(cls), q.oldest_age(cls, time.monotonic())
+            to.pool.key, to.cls, q.depth(to.cls), q.oldest_age(to.cls, time.monotonic())
         )
 
     def refuse(self, rejected: Rejected) -> web.Response:
+        """The one place a refusal is counted, logged and rendered."""
         self.count("rejected", rejected.reason.value)
         self.log.update(status=rejected.status, outcome="rejected", reason=rejected.reason.value)
         self.write_log()

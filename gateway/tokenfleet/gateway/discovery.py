@@ -18,6 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from tokenfleet.api import labels
+from tokenfleet.api.base import API_GROUP_VERSION
 from tokenfleet.gateway import catalog
 from tokenfleet.gateway.config import StaticConfig
 from tokenfleet.gateway.state import STATE, GatewayState
@@ -27,9 +28,9 @@ log = logging.getLogger("tokenfleet.gateway.discovery")
 
 KEY_SECRET_LABEL = f"{labels.PREFIX}/api-keys"
 COLLECTIONS = {
-    "pools": ("/apis/tokenfleet.io/v1alpha1/inferencepools", ""),
-    "models": ("/apis/tokenfleet.io/v1alpha1/modeldeployments", ""),
-    "tenants": ("/apis/tokenfleet.io/v1alpha1/tenants", ""),
+    "pools": (f"/apis/{API_GROUP_VERSION}/inferencepools", ""),
+    "models": (f"/apis/{API_GROUP_VERSION}/modeldeployments", ""),
+    "tenants": (f"/apis/{API_GROUP_VERSION}/tenants", ""),
     "secrets": ("/api/v1/secrets", f"{KEY_SECRET_LABEL}=true"),
     "pods": ("/api/v1/pods", f"{labels.ROLE}={labels.ROLE_WORKER}"),
 }

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 
 from tokenfleet.api import labels
+from tokenfleet.api.base import API_GROUP_VERSION
 from tokenfleet.gateway import keys
 from tokenfleet.gateway.discovery import KEY_SECRET_LABEL
 from tokenfleet.kubeapi import ApiError, KubeApi
@@ -32,7 +33,7 @@ async def create_key(
             server, token = KubeApi.kubeconfig_credentials(kubeconfig)
             api = KubeApi(server=server, token=token, session=session)
         obj = await api.call(
-            "GET", f"/apis/tokenfleet.io/v1alpha1/namespaces/{namespace}/tenants/{tenant}"
+            "GET", f"/apis/{API_GROUP_VERSION}/namespaces/{namespace}/tenants/{tenant}"
         )
         secret_name = obj["spec"]["apiKeySecretRef"]["name"]
         key = keys.new_key()
@@ -58,7 +59,7 @@ async def create_key(
             "metadata": metadata,
             "data": data,
         }
-        tenant_path = f"/apis/tokenfleet.io/v1alpha1/namespaces/{namespace}/tenants/{tenant}"
+        tenant_path = f"/apis/{API_GROUP_VERSION}/namespaces/{namespace}/tenants/{tenant}"
         if existing is None:
             await api.call("POST", f"/api/v1/namespaces/{namespace}/secrets", body=body)
         else:  # optimistic concurrency: a concurrent change makes this fail rather than lose a key

@@ -13,9 +13,10 @@ import asyncio
 import collections
 import contextlib
 import hashlib
+import ssl
 import time
 from typing import Any, cast
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 
 class RespError(Exception):
@@ -105,6 +106,10 @@ class RespClient:
         parsed = urlparse(url)
         self._host, self._port = parsed.hostname or "127.0.0.1", parsed.port or 6379
         self._db = int(parsed.path.strip("/") or 0)
+        # redis://[user]:password@host: a password-protected Redis (the chart's) answers NOAUTH
+        # to every command until AUTH; rediss:// is TLS, verified against the system CAs.
+        self._auth = [unquote(p) for p in (parsed.username, parsed.password) if p]
+        self._tls = ssl.create_default_context() if parsed.scheme == "rediss" else None
         self._timeout = timeout
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Lock | None = None
@@ -119,13 +124,24 @@ class RespClient:
             if self._protocol is None or self._protocol.lost:
                 loop = asyncio.get_running_loop()
                 async with asyncio.timeout(self._timeout):
-                    _, protocol = await loop.create_connection(_Protocol, self._host, self._port)
+                    _, protocol = await loop.create_connection(
+                        _Protocol, self._host, self._port, ssl=self._tls
+                    )
+                    if self._auth:
+                        await self._authenticate(protocol)
                 self._protocol = protocol
                 if self._db:
                     await self._send(protocol, encode("SELECT", self._db))
                 if self._watchdog is None or self._watchdog.done():
                     self._watchdog = asyncio.create_task(self._watch())
             return self._protocol
+
+    async def _authenticate(self, protocol: _Protocol) -> None:
+        reply = await self._send(protocol, encode("AUTH", *self._auth))
+        if isinstance(reply, RespError):  # a wrong password: this connection is useless
+            assert protocol.transport is not None
+            protocol.transport.close()
+            raise reply
 
     def _send(self, protocol: _Protocol, payload: bytes) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

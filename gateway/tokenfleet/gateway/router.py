@@ -63,7 +63,8 @@ class Router:
     ) -> routing.Choice | None:
         """Pick an endpoint for one attempt and count it as in flight there."""
         now = time.monotonic()
-        ask = routing.Ask(
+        ask = routing.ask(
+            policy=policy,
             match=match,
             zone=self.settings.zone,
             tried=tried,

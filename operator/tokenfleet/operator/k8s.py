@@ -18,6 +18,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from tokenfleet.api.base import API_GROUP_VERSION, rfc3339
 from tokenfleet.operator.plan.reporting import Event
 
 FIELD_MANAGER = "tokenfleet-operator"
@@ -28,12 +29,9 @@ _PATHS = {  # (apiVersion, kind) → URL prefix and plural
     ("policy/v1", "PodDisruptionBudget"): ("/apis/policy/v1", "poddisruptionbudgets"),
     ("v1", "Service"): ("/api/v1", "services"),
     ("v1", "Event"): ("/api/v1", "events"),
-    ("tokenfleet.io/v1alpha1", "InferencePool"): ("/apis/tokenfleet.io/v1alpha1", "inferencepools"),
-    ("tokenfleet.io/v1alpha1", "ModelDeployment"): (
-        "/apis/tokenfleet.io/v1alpha1",
-        "modeldeployments",
-    ),
-    ("tokenfleet.io/v1alpha1", "Tenant"): ("/apis/tokenfleet.io/v1alpha1", "tenants"),
+    (API_GROUP_VERSION, "InferencePool"): (f"/apis/{API_GROUP_VERSION}", "inferencepools"),
+    (API_GROUP_VERSION, "ModelDeployment"): (f"/apis/{API_GROUP_VERSION}", "modeldeployments"),
+    (API_GROUP_VERSION, "Tenant"): (f"/apis/{API_GROUP_VERSION}", "tenants"),
 }
 
 
@@ -147,7 +145,7 @@ class Kube:
                 raise
 
     def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
-        path = _path("tokenfleet.io/v1alpha1", kind, namespace, name) + "/status"
+        path = _path(API_GROUP_VERSION, kind, namespace, name) + "/status"
         try:
             self._call(
                 "PATCH", path, body={"status": status}, content_type="application/merge-patch+json"
@@ -158,7 +156,7 @@ class Kube:
 
     def post_event(self, involved: dict[str, Any], event: Event, now: datetime.datetime) -> None:
         meta = involved["metadata"]
-        stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = rfc3339(now)
         body = {
             "apiVersion": "v1",
             "kind": "Event",

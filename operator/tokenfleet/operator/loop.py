@@ -13,25 +13,26 @@ import contextlib
 import dataclasses
 import datetime
 import logging
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
 
 import kopf
 import pydantic
 from kubernetes.client.exceptions import ApiException
 
+from tokenfleet.api.base import Condition, Model, rfc3339
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
-from tokenfleet.api.pool import InferencePoolSpec
+from tokenfleet.api.pool import AutoscalingStatus, InferencePoolSpec, InferencePoolStatus
 from tokenfleet.operator import k8s
 from tokenfleet.operator.config import OperatorConfig
 from tokenfleet.operator.k8s import Kube
 from tokenfleet.operator.plan import (
+    autoscaling_status,
     canary,
     desired,
     model_status,
     observed,
     pools,
-    reporting,
     tenant_status,
 )
 from tokenfleet.operator.plan.reporting import Event
@@ -62,11 +63,15 @@ def _bodies(index: Index) -> Iterable[dict[str, Any]]:
         yield from _items(index, key)
 
 
-def _model_status(body: dict[str, Any] | None) -> ModelDeploymentStatus | None:
-    """A ModelDeployment's status as last written; unreadable status counts as none."""
+S = TypeVar("S", bound=Model)
+
+
+def _status_of(model: type[S], body: Mapping[str, Any] | None) -> S | None:
+    """An object's status as last written, parsed once here; unreadable status counts as none
+    (the planners start over rather than stop)."""
     raw = (body or {}).get("status") or {}
     try:
-        return ModelDeploymentStatus.model_validate(raw) if raw else None
+        return model.model_validate(raw) if raw else None
     except pydantic.ValidationError:
         return None
 
@@ -111,7 +116,7 @@ class Reconciler:
             await self._guarded(body, self._report_model(body, owners, now))
         for body in list(_bodies(self.indexes.tenants)):
             status, events = tenant_status.plan_tenant(body=body, now=now)
-            await self._guarded(body, self._report(body, "Tenant", status, events, now))
+            await self._guarded(body, self._report(body, "Tenant", status.to_wire(), events, now))
 
     async def _guarded(self, body: dict[str, Any], work: Any) -> None:
         meta = body["metadata"]
@@ -160,7 +165,10 @@ class Reconciler:
         except pydantic.ValidationError as exc:
             await self._invalid(body, exc, now)
             return
-        demand, autoscaling, metrics_ok = await self._autoscale(body, spec, model, now)
+        old = _status_of(InferencePoolStatus, body)
+        demand, autoscaling, metrics_ok = await self._autoscale(
+            body, spec, model, old=old.autoscaling if old else None, now=now
+        )
         decided = pools.plan_pool(
             pools.PoolInputs(
                 namespace=ns,
@@ -168,7 +176,7 @@ class Reconciler:
                 uid=meta["uid"],
                 generation=meta.get("generation"),
                 spec=spec,
-                status=body.get("status", {}) or {},
+                status=old,
                 model=model,
                 rival_models=claimants[1:],
                 pods=_items(self.indexes.pods, (ns, name)),
@@ -181,7 +189,7 @@ class Reconciler:
                 ),
                 autoscaling=autoscaling,
                 metrics_ok=metrics_ok,
-                model_status=_model_status(model_body),
+                model_status=_status_of(ModelDeploymentStatus, model_body),
             )
         )
         for manifest in decided.apply:
@@ -190,23 +198,24 @@ class Reconciler:
             await asyncio.to_thread(self.kube.scale, ns, deployment, replicas)
         for stale in decided.delete:
             await asyncio.to_thread(self.kube.delete, "apps/v1", "Deployment", ns, stale)
-        await self._report(body, "InferencePool", decided.status, decided.events, now)
+        await self._report(body, "InferencePool", decided.status.to_wire(), decided.events, now)
 
     async def _autoscale(
         self,
         body: dict[str, Any],
         spec: InferencePoolSpec,
         model: ModelDeploymentSpec | None,
+        *,
+        old: AutoscalingStatus | None,
         now: datetime.datetime,
-    ) -> tuple[int, dict[str, Any] | None, bool | None]:
+    ) -> tuple[int, AutoscalingStatus | None, bool | None]:
         """Demand for the pool from its signals: (replicas, status block, metrics fresh?)."""
         if self.signals is None or model is None:
             return 0, None, None
         meta = body["metadata"]
         ns, name = meta["namespace"], meta["name"]
-        old = (body.get("status") or {}).get("autoscaling") or {}
         state = self.scaling.get(f"{ns}/{name}") or scaling.State(
-            replicas=int(old.get("demand") or spec.replicas.min)
+            replicas=(old.demand if old else 0) or spec.replicas.min
         )
         classes = scaling.queue_age_classes(
             spec.autoscaling.queue_age_classes,
@@ -228,24 +237,7 @@ class Reconciler:
             now=now,
         )
         self.scaling[f"{ns}/{name}"] = decision.state
-        decisions = list(old.get("decisions") or [])
-        if decision.replicas != old.get("demand"):
-            decisions = [
-                *decisions,
-                {
-                    "replicas": decision.replicas,
-                    "reason": decision.why.value,
-                    "message": decision.message[:300],
-                    "time": reporting.timestamp(now),
-                },
-            ][-10:]
-        block = {
-            "demand": decision.replicas,
-            "reason": decision.why.value,
-            "message": decision.message,
-            "recommendations": decision.recommendations,
-            "decisions": decisions,
-        }
+        block = autoscaling_status.autoscaling_status(decision, old=old, now=now)
         return decision.replicas, block, decision.why != scaling.Why.METRICS_UNAVAILABLE
 
     async def _report_model(
@@ -262,7 +254,7 @@ class Reconciler:
                 name=meta["name"],
                 generation=meta.get("generation"),
                 spec=spec,
-                status=body.get("status", {}) or {},
+                status=_status_of(ModelDeploymentStatus, body),
                 existing_pools=existing,
                 pool_owner={
                     pool: owner for (pool_ns, pool), owner in owners.items() if pool_ns == ns
@@ -272,7 +264,7 @@ class Reconciler:
                 judgment=judgment,
             )
         )
-        await self._report(body, "ModelDeployment", status, events, now)
+        await self._report(body, "ModelDeployment", status.to_wire(), events, now)
 
     async def _analyse(
         self, body: dict[str, Any], spec: ModelDeploymentSpec, now: datetime.datetime
@@ -281,7 +273,7 @@ class Reconciler:
         takes traffic; None when not due, or when Prometheus did not answer (no verdict)."""
         meta = body["metadata"]
         ns, key = meta["namespace"], f"{meta['namespace']}/{meta['name']}"
-        current = _model_status(body)
+        current = _status_of(ModelDeploymentStatus, body)
         state = canary.state_of(current)
         live = state.phase in (rollout.Phase.PROGRESSING, rollout.Phase.PAUSED)
         interval = spec.rollout.analysis.interval_seconds
@@ -318,19 +310,20 @@ class Reconciler:
             body["metadata"]["name"],
             message,
         )
-        status = {
-            "observedGeneration": body["metadata"].get("generation"),
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "False",
-                    "reason": "InvalidSpec",
-                    "message": message,
-                    "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                }
+        status = InferencePoolStatus(
+            observed_generation=body["metadata"].get("generation"),
+            conditions=[
+                Condition(
+                    type="Ready",
+                    status="False",
+                    reason="InvalidSpec",
+                    message=message,
+                    last_transition_time=rfc3339(now),
+                )
             ],
-        }
-        await self._report(body, body["kind"], status, [], now)
+        )
+        # a patch of these fields only: the pool's last counts and zones stay as they were
+        await self._report(body, body["kind"], status.to_patch(), [], now)
 
     async def _report(
         self,
@@ -340,6 +333,8 @@ class Reconciler:
         events: list[Event],
         now: datetime.datetime,
     ) -> None:
+        """Patch ``status`` (wire form: the planner's typed status, dumped by the caller) when
+        it differs from what is stored, and post the events."""
         meta = body["metadata"]
         if status != (body.get("status") or {}):
             await asyncio.to_thread(

@@ -32,7 +32,7 @@ def test_state_round_trips_through_status(phase: Phase) -> None:
     decision = rollout.Decision(
         state=state, weights={}, why=rollout.Why.HOLDING, message="m", notable=False
     )
-    wire = {"phase": "Progressing", **canary.status_fields(decision, last_analysis="ok")}
+    wire = {**canary.status_fields(decision, last_analysis="ok").to_wire(), "phase": "Progressing"}
     status = ModelDeploymentStatus.model_validate(wire)
     assert canary.state_of(status) == state
     assert status.rollout is not None and status.rollout.last_analysis == "ok"
@@ -51,7 +51,7 @@ def test_restart_mid_rollout_resumes_at_the_same_step() -> None:
         state = decision.state
     assert (state.phase, state.step) == (Phase.PROGRESSING, 1)
     # The operator dies; a new one reads status back.
-    status = ModelDeploymentStatus.model_validate(canary.status_fields(decision))
+    status = ModelDeploymentStatus.model_validate(canary.status_fields(decision).to_wire())
     resumed = canary.state_of(status)
     assert resumed == state
     nxt = rollout.decide(
@@ -178,7 +178,7 @@ def test_the_next_analysis_is_due_an_interval_after_the_last_even_after_a_restar
     decision = rollout.Decision(
         state=state, weights={}, why=rollout.Why.HOLDING, message="m", notable=False
     )
-    wire = canary.status_fields(decision, last_analysis="ok", last_analysis_at=NOW + 30)
+    wire = canary.status_fields(decision, last_analysis="ok", last_analysis_at=NOW + 30).to_wire()
     status = ModelDeploymentStatus.model_validate(wire)
     assert canary.analysed_at(status) == NOW + 30  # round-trips through status
     # a restarted operator remembers nothing, and still waits out the interval

@@ -1,6 +1,7 @@
 """The pool plan from values: children rendered per zone, applied only on change, an old revision
 kept until the new one is ready, the stable revision scaled with the pool during a rollout,
-status conditions and the events their changes deserve."""
+status conditions and the events their changes deserve; the status as written has the shape
+the CRD stores and reads back as planned."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from tokenfleet.api import labels
+from tokenfleet.api import crd, labels
+from tokenfleet.api.base import Condition
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
-from tokenfleet.api.pool import InferencePoolSpec
+from tokenfleet.api.pool import AutoscalingStatus, InferencePoolSpec, InferencePoolStatus
 from tokenfleet.operator.plan import canary, desired, model_status, observed, pools
 from tokenfleet.operator.policy import rollout
 
@@ -72,7 +74,7 @@ def inputs(**overrides: Any) -> pools.PoolInputs:
         uid="u1",
         generation=3,
         spec=POOL,
-        status={},
+        status=None,
         model=MODEL,
         rival_models=[],
         pods=[],
@@ -95,8 +97,8 @@ def as_sets(result: pools.PoolPlan) -> list[observed.WorkerSet]:
     return [observed.worker_set(m) for m in result.apply if m["kind"] == "Deployment"]
 
 
-def cond(result: pools.PoolPlan, kind: str) -> dict[str, Any]:
-    return next(c for c in result.status["conditions"] if c["type"] == kind)
+def cond(result: pools.PoolPlan, kind: str) -> Condition:
+    return next(c for c in result.status.conditions if c.type == kind)
 
 
 def test_fresh_pool_gets_one_deployment_per_zone_plus_budget_and_service() -> None:
@@ -105,8 +107,8 @@ def test_fresh_pool_gets_one_deployment_per_zone_plus_budget_and_service() -> No
     kinds = sorted(m["kind"] for m in result.apply)
     assert kinds == ["Deployment"] * 3 + ["PodDisruptionBudget", "Service"]
     assert result.delete == []
-    assert result.status["replicas"] == 6 and result.status["observedGeneration"] == 3
-    assert cond(result, "Ready")["reason"] == "ReplicasStarting"
+    assert result.status.replicas == 6 and result.status.observed_generation == 3
+    assert cond(result, "Ready").reason == "ReplicasStarting"
     assert [e.reason for e in result.events] == ["Scaled"]
 
 
@@ -119,7 +121,7 @@ def test_nothing_is_applied_again_when_nothing_changed() -> None:
         inputs(sets=as_sets(first), pods=pods(dict.fromkeys(ZONES, 2)), status=second.status)
     )
     assert third.status == second.status and third.events == []
-    assert cond(third, "Ready")["status"] == "True"
+    assert cond(third, "Ready").status == "True"
 
 
 def test_worker_pod_is_rendered_from_the_engine_settings() -> None:
@@ -179,34 +181,34 @@ def test_zone_loss_moves_the_share_and_explains_it() -> None:
     assert applied_sets(lost) == {"zone-a": 3, "zone-c": 3}
     assert [s for s in lost.delete if "zone-b" in s]
     degraded = cond(lost, "Degraded")
-    assert degraded["reason"] == "ZoneLost"
+    assert degraded.reason == "ZoneLost"
     assert (
-        degraded["message"]
+        degraded.message
         == "zone-b lost: 1 of 1 nodes NotReady; its 2 replicas moved to zone-a and zone-c"
     )
     assert [e.reason for e in lost.events] == ["ZoneLost"]  # total unchanged: no Scaled event
     again = pools.plan_pool(
         inputs(nodes=nodes, status=lost.status, pods=pods({"zone-a": 3, "zone-c": 3}))
     )
-    assert cond(again, "Degraded")["message"] == degraded["message"]  # stable across passes
+    assert cond(again, "Degraded").message == degraded.message  # stable across passes
     assert "ZoneLost" not in {e.reason for e in again.events}  # one event per transition
 
 
 def test_no_model_and_no_matching_nodes_are_explained() -> None:
     idle = pools.plan_pool(inputs(model=None))
-    assert applied_sets(idle) == {} and cond(idle, "Ready")["reason"] == "NoModelDeployment"
+    assert applied_sets(idle) == {} and cond(idle, "Ready").reason == "NoModelDeployment"
     assert next(e for e in idle.events if e.reason == "NoModelDeployment").type == "Normal"
     nothing = pools.plan_pool(inputs(nodes=[node(z, product="A100") for z in ZONES]))
     assert applied_sets(nothing) == {}
-    assert cond(nothing, "Ready")["reason"] == "NoHealthyZone"
-    assert "no node offers the accelerator" in cond(nothing, "Ready")["message"]
+    assert cond(nothing, "Ready").reason == "NoHealthyZone"
+    assert "no node offers the accelerator" in cond(nothing, "Ready").message
 
 
 def test_condition_transition_time_moves_only_on_status_change() -> None:
     first = pools.plan_pool(inputs())
     later = NOW + datetime.timedelta(minutes=5)
     second = pools.plan_pool(inputs(status=first.status, now=later, sets=as_sets(first)))
-    assert cond(second, "Ready")["lastTransitionTime"] == cond(first, "Ready")["lastTransitionTime"]
+    assert cond(second, "Ready").last_transition_time == cond(first, "Ready").last_transition_time
 
 
 @pytest.mark.parametrize(
@@ -242,7 +244,7 @@ def model_inputs(**overrides: Any) -> model_status.ModelInputs:
         name="md",
         generation=1,
         spec=MODEL,
-        status={},
+        status=None,
         existing_pools=frozenset({"p"}),
         pool_owner={"p": "md"},
         pods=[],
@@ -262,9 +264,9 @@ def model_inputs(**overrides: Any) -> model_status.ModelInputs:
 )
 def test_model_status(overrides: dict[str, Any], phase: str, reason: str) -> None:
     status, events = model_status.plan_model(model_inputs(**overrides))
-    assert status["phase"] == phase
-    available = next(c for c in status["conditions"] if c["type"] == "Available")
-    assert available["reason"] == reason
+    assert status.phase == phase
+    available = next(c for c in status.conditions if c.type == "Available")
+    assert available.reason == reason
     if reason in ("PoolNotFound", "PoolClaimed"):
         # the first revision's rollout starts regardless (FirstRevision, an informational Event)
         assert [e.reason for e in events] == ["FirstRevision", reason]
@@ -273,35 +275,40 @@ def test_model_status(overrides: dict[str, Any], phase: str, reason: str) -> Non
 
 
 def test_autoscaler_demand_is_placed_and_explained() -> None:
-    block = {
-        "demand": 9,
-        "reason": "QueueAge",
-        "message": "QueueAge: 9 replicas",
-        "recommendations": {"QueueAge": 9},
-        "decisions": [],
-    }
+    block = AutoscalingStatus.model_validate(
+        {
+            "demand": 9,
+            "reason": "QueueAge",
+            "message": "QueueAge: 9 replicas",
+            "recommendations": {"QueueAge": 9},
+            "decisions": [],
+        }
+    )
     result = pools.plan_pool(inputs(demand=9, autoscaling=block, metrics_ok=True))
-    assert result.status["replicas"] == 9 and applied_sets(result) == dict.fromkeys(ZONES, 3)
-    assert result.status["lastScaling"]["reason"] == "QueueAge"
-    assert result.status["autoscaling"] == block
-    assert cond(result, "MetricsUnavailable")["status"] == "False"
+    assert result.status.replicas == 9 and applied_sets(result) == dict.fromkeys(ZONES, 3)
+    assert result.status.last_scaling is not None
+    assert result.status.last_scaling.reason == "QueueAge"
+    assert result.status.autoscaling == block
+    assert cond(result, "MetricsUnavailable").status == "False"
 
 
 def test_unreadable_metrics_are_a_condition() -> None:
     result = pools.plan_pool(
         inputs(
-            autoscaling={
-                "demand": 6,
-                "reason": "MetricsUnavailable",
-                "message": "",
-                "recommendations": {},
-                "decisions": [],
-            },
+            autoscaling=AutoscalingStatus.model_validate(
+                {
+                    "demand": 6,
+                    "reason": "MetricsUnavailable",
+                    "message": "",
+                    "recommendations": {},
+                    "decisions": [],
+                }
+            ),
             metrics_ok=False,
         )
     )
     missing = cond(result, "MetricsUnavailable")
-    assert missing["status"] == "True" and "never scaling down on silence" in missing["message"]
+    assert missing.status == "True" and "never scaling down on silence" in missing.message
 
 
 def test_sim_annotations_reach_the_worker_pods_and_nothing_else() -> None:
@@ -317,14 +324,16 @@ def test_sim_annotations_reach_the_worker_pods_and_nothing_else() -> None:
 
 
 def test_a_change_of_demand_is_an_event() -> None:
-    def block(demand: int) -> dict[str, Any]:
-        return {
-            "demand": demand,
-            "reason": "QueueAge",
-            "message": f"QueueAge: {demand} replicas",
-            "recommendations": {},
-            "decisions": [],
-        }
+    def block(demand: int) -> AutoscalingStatus:
+        return AutoscalingStatus.model_validate(
+            {
+                "demand": demand,
+                "reason": "QueueAge",
+                "message": f"QueueAge: {demand} replicas",
+                "recommendations": {},
+                "decisions": [],
+            }
+        )
 
     first = pools.plan_pool(inputs(demand=6, autoscaling=block(6), metrics_ok=True))
     same = pools.plan_pool(
@@ -342,7 +351,7 @@ def mid_rollout(phase: str = "Progressing") -> ModelDeploymentStatus:
     decision = rollout.Decision(
         state=state, weights={}, why=rollout.Why.HOLDING, message="", notable=False
     )
-    return ModelDeploymentStatus.model_validate(canary.status_fields(decision))
+    return ModelDeploymentStatus.model_validate(canary.status_fields(decision).to_wire())
 
 
 def stable_sets(per_zone: dict[str, int]) -> list[observed.WorkerSet]:
@@ -430,3 +439,80 @@ def test_a_stable_revision_only_in_lost_zones_is_left_alone() -> None:
         )
     )
     assert result.scale == {}
+
+
+def _unknown_keys(wire: Any, schema: dict[str, Any], path: str = "status") -> list[str]:
+    """Keys of ``wire`` the CRD's structural schema does not declare (the API server would
+    prune them)."""
+    if isinstance(wire, list):
+        return [k for item in wire for k in _unknown_keys(item, schema["items"], f"{path}[]")]
+    if not isinstance(wire, dict) or "properties" not in schema:
+        return []
+    props = schema["properties"]
+    return [f"{path}.{k}" for k in wire if k not in props] + [
+        u for k, v in wire.items() if k in props for u in _unknown_keys(v, props[k], f"{path}.{k}")
+    ]
+
+
+def _status_schema(kind: str) -> dict[str, Any]:
+    found = next(k for k in crd.KINDS if k.kind == kind)
+    return dict(crd.openapi_schema(found)["properties"]["status"])
+
+
+def test_the_pool_status_written_has_the_shape_the_crd_stores() -> None:
+    result = pools.plan_pool(inputs(pods=pods({"zone-a": 1})))
+    wire = result.status.to_wire()
+    assert set(wire) == {
+        "observedGeneration",
+        "replicas",
+        "readyReplicas",
+        "warmReplicas",
+        "zones",
+        "lastScaling",
+        "conditions",
+    }  # no autoscaler: no autoscaling block
+    assert wire["zones"][0] == {
+        "name": "zone-a",
+        "desired": 2,
+        "ready": 1,
+        "healthy": True,
+        "message": "",
+    }
+    assert wire["lastScaling"]["time"] == "2026-01-01T12:00:00Z"
+    assert wire["conditions"][0] == {
+        "type": "Ready",
+        "status": "False",
+        "reason": "ReplicasStarting",
+        "message": "1 of 6 replicas ready",
+        "lastTransitionTime": "2026-01-01T12:00:00Z",
+        "observedGeneration": 3,
+    }
+    assert _unknown_keys(wire, _status_schema("InferencePool")) == []
+    assert InferencePoolStatus.model_validate(wire) == result.status  # read back as written
+
+
+def test_the_model_status_written_has_the_shape_the_crd_stores() -> None:
+    status, _ = model_status.plan_model(model_inputs(pods=pods({"zone-a": 1})))
+    wire = status.to_wire()
+    assert set(wire) == {
+        "observedGeneration",
+        "phase",
+        "stableRevision",
+        "canaryRevision",
+        "canaryStep",
+        "rollout",
+        "revisions",
+        "conditions",
+    }
+    assert set(wire["revisions"][0]) == {
+        "name",
+        "digest",
+        "verified",
+        "reason",
+        "signer",
+        "readyReplicas",
+        "weight",
+    }
+    assert wire["rollout"]["stepStartedAt"] == "2026-01-01T12:00:00Z"
+    assert _unknown_keys(wire, _status_schema("ModelDeployment")) == []
+    assert ModelDeploymentStatus.model_validate(wire) == status

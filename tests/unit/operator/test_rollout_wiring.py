@@ -95,7 +95,7 @@ def inputs(**overrides: Any) -> pools.PoolInputs:
         uid="u1",
         generation=3,
         spec=POOL,
-        status={},
+        status=None,
         model=spec(),
         rival_models=[],
         pods=[],
@@ -149,7 +149,7 @@ def run(
             name="md",
             generation=2,
             spec=model or spec(),
-            status=status,
+            status=ModelDeploymentStatus.model_validate(status) if status else None,
             existing_pools=frozenset({"p"}),
             pool_owner={"p": "md"},
             pods=STABLE_PODS if worker_pods is None else worker_pods,
@@ -158,8 +158,8 @@ def run(
         )
     )
     # what the API server would store: the status round-trips through its schema
-    ModelDeploymentStatus.model_validate(got)
-    return Pass(status=json.loads(json.dumps(got)), events=[e.reason for e in events])
+    ModelDeploymentStatus.model_validate(got.to_wire())
+    return Pass(status=json.loads(json.dumps(got.to_wire())), events=[e.reason for e in events])
 
 
 def promoted_stable() -> dict[str, Any]:
@@ -298,7 +298,7 @@ def rollout_status(phase: Phase, step: int = 0) -> ModelDeploymentStatus:
     decision = rollout.Decision(
         state=state, weights={}, why=rollout.Why.HOLDING, message="", notable=False
     )
-    return ModelDeploymentStatus.model_validate(canary.status_fields(decision))
+    return ModelDeploymentStatus.model_validate(canary.status_fields(decision).to_wire())
 
 
 STABLE_SETS = [
@@ -338,7 +338,7 @@ def test_pool_keeps_stable_and_sizes_the_canary_by_weight(
     assert canary_replicas(result) == expected
     assert not any(s.revision == STABLE for s in as_sets(result))  # stable is not re-rendered
     assert result.delete == []  # and never deleted during a rollout
-    assert result.status["readyReplicas"] == 6  # the pool reports what serves: stable
+    assert result.status.ready_replicas == 6  # the pool reports what serves: stable
 
 
 def test_pool_deletes_a_rolled_back_canary_and_promotion_retires_stable() -> None:

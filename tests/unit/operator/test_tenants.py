@@ -8,12 +8,13 @@ from typing import Any
 import pytest
 
 from tokenfleet.api import labels
+from tokenfleet.api.tenant import TenantStatus
 from tokenfleet.operator.plan import tenant_status
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
 
-def body(count: str | None, status: dict[str, Any] | None = None) -> dict[str, Any]:
+def body(count: str | None, status: TenantStatus | None = None) -> dict[str, Any]:
     annotations = {labels.API_KEY_COUNT: count} if count is not None else {}
     return {
         "metadata": {
@@ -23,7 +24,7 @@ def body(count: str | None, status: dict[str, Any] | None = None) -> dict[str, A
             "annotations": annotations,
         },
         "spec": {},
-        "status": status or {},
+        "status": status.to_wire() if status else {},
     }
 
 
@@ -38,11 +39,11 @@ def body(count: str | None, status: dict[str, Any] | None = None) -> dict[str, A
 )
 def test_status(count: str | None, keys: int, ready: str, reason: str) -> None:
     status, _ = tenant_status.plan_tenant(body=body(count), now=NOW)
-    assert status["keyCount"] == keys and status["observedGeneration"] == 2
-    condition = status["conditions"][0]
-    assert (condition["type"], condition["status"], condition["reason"]) == ("Ready", ready, reason)
+    assert status.key_count == keys and status.observed_generation == 2
+    condition = status.conditions[0]
+    assert (condition.type, condition.status, condition.reason) == ("Ready", ready, reason)
     if reason == "NoKeys":
-        assert "tokenfleet tenant create-key team -n ns" in condition["message"]
+        assert "tokenfleet tenant create-key team -n ns" in condition.message
 
 
 def test_an_event_only_when_keys_arrive() -> None:

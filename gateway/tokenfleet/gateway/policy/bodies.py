@@ -166,3 +166,16 @@ def check_limits(
             param="max_tokens",
         )
     return None
+
+
+def upstream(parsed: Parsed, *, model: str, salt: str, max_tokens: int) -> dict[str, Any]:
+    """The body sent to the engine: the client's, with the served name (aliases are the
+    gateway's business, not the engine's), the tenant's cache salt, and ``max_tokens`` spelled
+    out when the gateway set it (a cap or a degraded class) or the client did."""
+    body = dict(parsed.body)
+    body["model"] = model
+    body["cache_salt"] = salt
+    if max_tokens != parsed.max_tokens or parsed.max_tokens_given:
+        body["max_tokens"] = max_tokens
+        body.pop("max_completion_tokens", None)
+    return body

@@ -61,11 +61,20 @@ class Limits:
 
 
 # Redis keys (KEYS): rpm bucket, tpm bucket (hashes: level, at), tpd counter, concurrency counter.
-# ARGV: op ("reserve" | "settle"), tokens, refund_tokens, rpm, tpm, tpd, conc, day_seconds_left
+# ARGV: op ("reserve" | "settle"), tokens, refund_tokens, rpm, tpm, tpd, conc, day_seconds_left,
+# and optionally the clock in seconds (tests replay the script against Buckets with it; the
+# gateway leaves it out, so every replica reads Redis's one clock).
 # reserve → {1, 0, ""} or {0, retry_after_ms, reason}; settle → {1, 0, ""}.
+# Levels are stored with 17 significant digits, so a stored double reads back bit-exact and the
+# script's arithmetic equals Buckets' to the last bit (tests/integration/test_quota_script.py).
 LUA = """
-local now_s, now_us = unpack(redis.call('TIME'))
-local now = tonumber(now_s) + tonumber(now_us) / 1e6
+local now
+if ARGV[9] then
+  now = tonumber(ARGV[9])
+else
+  local now_s, now_us = unpack(redis.call('TIME'))
+  now = tonumber(now_s) + tonumber(now_us) / 1e6
+end
 local op, tokens, refund = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local rpm, tpm = tonumber(ARGV[4]), tonumber(ARGV[5])
 local tpd, conc = tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -78,14 +87,15 @@ local function level(key, cap)
   return math.min(cap, lvl + (now - at) * cap / 60.0)
 end
 local function store(key, lvl)
-  redis.call('HSET', key, 'level', lvl, 'at', now)
+  local exact = '%.17g'
+  redis.call('HSET', key, 'level', string.format(exact, lvl), 'at', string.format(exact, now))
   redis.call('EXPIRE', key, 120)
 end
 
 if op == 'settle' then
   if tpm >= 0 then store(KEYS[2], level(KEYS[2], tpm) + refund) end
   if tpd >= 0 then
-    redis.call('INCRBY', KEYS[3], -refund)
+    redis.call('INCRBY', KEYS[3], 0 - refund)  -- not -refund: -0 is "-0", not an integer
     redis.call('EXPIRE', KEYS[3], day_left + 60)
   end
   if conc >= 0 and tonumber(redis.call('GET', KEYS[4]) or '0') > 0 then

@@ -198,6 +198,40 @@ class Ask:
     """A counter, for RoundRobin."""
 
 
+FIRST_TRY = Ask()
+
+
+def wants_prefix(policy: Policy) -> bool:
+    """Whether routing reads the prompt's prefix: only PrefixAware does, so only then is the
+    prompt hashed, matched against the index and recorded in it."""
+    return policy.kind == "PrefixAware"
+
+
+def ask(
+    *,
+    policy: Policy,
+    match: Match,
+    zone: str,
+    tried: frozenset[str],
+    ejected: frozenset[str],
+    sequence: int,
+) -> Ask:
+    """One attempt of a request as routing sees it: the gateway and the simulator build it here.
+
+    ``match``: the prompt's blocks in the prefix index (ignored unless :func:`wants_prefix`);
+    ``zone``: the gateway replica's; ``tried``: endpoints this request already failed on;
+    ``ejected``: outliers; ``sequence``: the caller's counter of attempts, which RoundRobin
+    turns with. A first attempt that none of these shape (most requests) shares one value.
+    """
+    if not wants_prefix(policy):
+        match = NO_MATCH
+    if policy.kind != "RoundRobin":
+        sequence = 0  # only RoundRobin reads it
+    if not (match.total or zone or tried or ejected or sequence):
+        return FIRST_TRY
+    return Ask(match=match, zone=zone, tried=tried, ejected=ejected, sequence=sequence)
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Choice:
     endpoint: Endpoint

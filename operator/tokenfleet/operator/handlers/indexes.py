@@ -8,9 +8,9 @@ from typing import Any
 import kopf
 
 from tokenfleet.api import labels
+from tokenfleet.api.base import API_GROUP, API_VERSION
 from tokenfleet.operator.plan import observed
 
-GROUP, VERSION = "tokenfleet.io", "v1alpha1"
 WORKERS = {labels.ROLE: labels.ROLE_WORKER}
 
 
@@ -23,17 +23,17 @@ def _pool_of(meta: kopf.Meta) -> str | None:
     return str(pool) if pool else None
 
 
-@kopf.index(GROUP, VERSION, "inferencepools")
+@kopf.index(API_GROUP, API_VERSION, "inferencepools")
 def pools_index(*, namespace: str | None, name: str, body: kopf.Body, **_: Any) -> object:
     return {(namespace, name): _plain(body)}
 
 
-@kopf.index(GROUP, VERSION, "modeldeployments")
+@kopf.index(API_GROUP, API_VERSION, "modeldeployments")
 def models_index(*, namespace: str | None, name: str, body: kopf.Body, **_: Any) -> object:
     return {(namespace, name): _plain(body)}
 
 
-@kopf.index(GROUP, VERSION, "tenants")
+@kopf.index(API_GROUP, API_VERSION, "tenants")
 def tenants_index(*, namespace: str | None, name: str, body: kopf.Body, **_: Any) -> object:
     return {(namespace, name): _plain(body)}
 

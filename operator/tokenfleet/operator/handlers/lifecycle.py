@@ -9,6 +9,7 @@ from typing import Any
 
 import kopf
 
+from tokenfleet.operator import leadership
 from tokenfleet.operator.config import OperatorConfig
 from tokenfleet.operator.k8s import Kube
 from tokenfleet.operator.loop import Indexes, Reconciler
@@ -32,9 +33,15 @@ async def start(*, settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     )
     config = OperatorConfig.from_env()
     signals = PrometheusSignals(config.prometheus_url) if config.prometheus_url else None
-    reconciler = Reconciler(kube=Kube.connect(), indexes=indexes, config=config, signals=signals)
+    # Leader election (set up by __main__): the loop runs only while this replica leads, and
+    # every write is fenced by the same Lease.
+    election: leadership.Election | None = memo.get("election")
+    kube = leadership.fenced_kube(election) if election else Kube.connect()
+    reconciler = Reconciler(kube=kube, indexes=indexes, config=config, signals=signals)
     memo.reconciler = reconciler
-    memo.loop_task = asyncio.create_task(reconciler.run())
+    memo.loop_task = asyncio.create_task(
+        election.lead(reconciler.run) if election else reconciler.run()
+    )
 
 
 @kopf.on.cleanup()
@@ -44,3 +51,6 @@ async def stop(*, memo: Any, **_: Any) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+    election: leadership.Election | None = memo.get("election")
+    if election is not None:  # the loop has stopped: hand over now rather than on expiry
+        await election.release()

@@ -6,7 +6,8 @@ from typing import Any
 
 import kopf
 
-from tokenfleet.operator.handlers.indexes import GROUP, VERSION, WORKERS
+from tokenfleet.api.base import API_GROUP, API_VERSION
+from tokenfleet.operator.handlers.indexes import WORKERS
 from tokenfleet.operator.loop import Reconciler
 
 
@@ -15,9 +16,9 @@ def _ready(status: kopf.Status) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-@kopf.on.event(GROUP, VERSION, "inferencepools")
-@kopf.on.event(GROUP, VERSION, "modeldeployments")
-@kopf.on.event(GROUP, VERSION, "tenants")
+@kopf.on.event(API_GROUP, API_VERSION, "inferencepools")
+@kopf.on.event(API_GROUP, API_VERSION, "modeldeployments")
+@kopf.on.event(API_GROUP, API_VERSION, "tenants")
 def on_tokenfleet_object(*, memo: Any, **_: Any) -> None:
     reconciler: Reconciler = memo.reconciler
     reconciler.indexes_ready.set()  # kopf calls handlers only once its indexes are filled

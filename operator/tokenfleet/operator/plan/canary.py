@@ -3,8 +3,9 @@ thresholds, status → machine state, what a pass saw → observations, decision
 
 The loop reads ``state_of(status)``, gathers a :class:`Seen` (the spec's revision, its pods'
 verification, a canary analysis when one was due), calls :func:`advance` and writes
-``status_fields(decision)`` back; the state round-trips through status exactly, which is what
-lets an operator restart resume at the same step. :func:`pool_revisions` tells the pool's
+``status_fields(decision)`` back (a typed status, which the loop dumps when it writes it); the
+state round-trips through status exactly, which is what lets an operator restart resume at the
+same step. :func:`pool_revisions` tells the pool's
 planner which revisions' workers to run meanwhile.
 """
 
@@ -15,8 +16,8 @@ import dataclasses
 import datetime
 import math
 from collections.abc import Sequence
-from typing import Any
 
+from tokenfleet.api import base
 from tokenfleet.api.deployment import ModelDeploymentStatus, Rollout, RolloutStatus
 from tokenfleet.operator.plan import observed
 from tokenfleet.operator.policy import analysis, rollout
@@ -44,14 +45,11 @@ def thresholds_of(spec: Rollout) -> analysis.Thresholds:
 
 
 def _seconds(stamp: str | None) -> float:
-    if not stamp:
-        return 0.0
-    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    return base.from_rfc3339(stamp).timestamp() if stamp else 0.0
 
 
 def _stamp(seconds: float) -> str:
-    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
-    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+    return base.rfc3339(datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC))
 
 
 def state_of(status: ModelDeploymentStatus | None) -> rollout.State:
@@ -71,25 +69,30 @@ def state_of(status: ModelDeploymentStatus | None) -> rollout.State:
 
 
 def status_fields(
-    decision: rollout.Decision, *, last_analysis: str = "", last_analysis_at: float = 0.0
-) -> dict[str, Any]:
-    """The status keys (wire form) that carry the machine state and the decision."""
+    decision: rollout.Decision,
+    *,
+    last_analysis: str = "",
+    last_analysis_at: float = 0.0,
+    message: str | None = None,
+) -> ModelDeploymentStatus:
+    """A status carrying the machine state and the decision (the planner adds the rest);
+    ``message`` is the rollout message to keep, by default the decision's."""
     state = decision.state
-    return {
-        "stableRevision": state.stable,
-        "canaryRevision": state.canary,
-        "canaryStep": state.step,
-        "rollout": RolloutStatus(
+    return ModelDeploymentStatus(
+        stable_revision=state.stable,
+        canary_revision=state.canary,
+        canary_step=state.step,
+        rollout=RolloutStatus(
             phase=state.phase.value,
             step=state.step,
             step_started_at=_stamp(state.step_started) if state.step_started else None,
             step_passed=state.step_passed,
             reason=state.reason,
-            message=decision.message,
+            message=decision.message if message is None else message,
             last_analysis=last_analysis,
             last_analysis_at=_stamp(last_analysis_at) if last_analysis_at else None,
-        ).to_wire(),
-    }
+        ),
+    )
 
 
 def analysis_due(

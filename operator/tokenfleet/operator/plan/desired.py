@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from tokenfleet.api import labels
+from tokenfleet.api import base, labels
 from tokenfleet.api.deployment import ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.operator.policy import revisions
@@ -56,7 +56,7 @@ class Owner:
 
     def reference(self) -> dict[str, Any]:
         return {
-            "apiVersion": f"{labels.PREFIX}/v1alpha1",
+            "apiVersion": base.API_GROUP_VERSION,
             "kind": self.kind,
             "name": self.name,
             "uid": self.uid,

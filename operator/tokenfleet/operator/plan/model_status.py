@@ -9,13 +9,13 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Literal
 
-import pydantic
-
+from tokenfleet.api.base import Condition
 from tokenfleet.api.deployment import (
     ModelDeploymentSpec,
     ModelDeploymentStatus,
+    Phase,
     Revision,
     RolloutStatus,
 )
@@ -47,7 +47,7 @@ class ModelInputs:
     name: str
     generation: int | None
     spec: ModelDeploymentSpec
-    status: Mapping[str, Any]
+    status: ModelDeploymentStatus | None  # as the last pass wrote it; None: new, or unreadable
     existing_pools: frozenset[str]
     pool_owner: Mapping[str, str]  # pool → name of the ModelDeployment that won it
     pods: Sequence[observed.WorkerPod]  # worker pods of this model's pools
@@ -55,7 +55,7 @@ class ModelInputs:
     judgment: analysis.Judgment | None = None  # a canary analysis, when one was due
 
 
-def _availability(inputs: ModelInputs, ready: int) -> tuple[str, bool, str, str]:
+def _availability(inputs: ModelInputs, ready: int) -> tuple[Phase, bool, str, str]:
     """(phase, available, reason, message) of a ModelDeployment."""
     spec = inputs.spec
     missing = [p for p in spec.pools if p not in inputs.existing_pools]
@@ -86,14 +86,6 @@ def _availability(inputs: ModelInputs, ready: int) -> tuple[str, bool, str, str]
     return ("Progressing", False, "ReplicasStarting", "no replica is ready yet")
 
 
-def _old_status(raw: Mapping[str, Any]) -> ModelDeploymentStatus | None:
-    """Status as the previous pass wrote it; unreadable status starts over (first revision)."""
-    try:
-        return ModelDeploymentStatus.model_validate(dict(raw)) if raw else None
-    except pydantic.ValidationError:
-        return None
-
-
 #: Event reasons for the rollout decisions a user should see (others use the decision's why).
 _EVENT_REASONS: dict[rollout.Why, tuple[Literal["Normal", "Warning"], str]] = {
     rollout.Why.STEP_PASSED: ("Normal", "CanaryStepPassed"),
@@ -112,7 +104,7 @@ def _event(decision: rollout.Decision) -> Event:
 
 def _revision_entry(
     inputs: ModelInputs, name: str, weights: Mapping[str, int], old: Sequence[Revision]
-) -> dict[str, Any]:
+) -> Revision:
     """One revision's line in status: what its pods said, else what was known before. A Ready
     worker that left no verdict has verified too: the worker image serves only after it."""
     before = next((r for r in old if r.name == name), Revision(name=name, digest=""))
@@ -125,15 +117,15 @@ def _revision_entry(
         reason = before.reason or ("Verified" if verified else "")
         signer = before.signer
     current = name == desired.revision_of(inputs.spec)
-    return {
-        "name": name,
-        "digest": inputs.spec.artifact.digest if current else before.digest,
-        "verified": verified,
-        "reason": reason,
-        "signer": signer,
-        "readyReplicas": ready,
-        "weight": int(weights.get(name, 0)),
-    }
+    return Revision(
+        name=name,
+        digest=inputs.spec.artifact.digest if current else before.digest,
+        verified=verified,
+        reason=reason,
+        signer=signer,
+        ready_replicas=ready,
+        weight=int(weights.get(name, 0)),
+    )
 
 
 def _ready(pods: Sequence[observed.WorkerPod], revision: str) -> int:
@@ -143,9 +135,7 @@ def _ready(pods: Sequence[observed.WorkerPod], revision: str) -> int:
 Verdict = tuple[bool, str, str]  # condition status, reason, message
 
 
-def _verified(
-    inputs: ModelInputs, state: rollout.State, entries: Sequence[Mapping[str, Any]]
-) -> Verdict:
+def _verified(inputs: ModelInputs, state: rollout.State, entries: Sequence[Revision]) -> Verdict:
     """Verified is about the spec's revision: the verifier's reason when it was refused."""
     revision = desired.revision_of(inputs.spec)
     if state.phase is rollout.Phase.BLOCKED and state.canary == revision:
@@ -155,9 +145,9 @@ def _verified(
             state.reason,
             f"revision {revision} refused ({state.reason}); stable {stable} keeps all traffic",
         )
-    entry = next((e for e in entries if e["name"] == revision), None)
-    if entry and entry["verified"]:
-        signer = entry["signer"] or "the trusted signer"
+    entry = next((e for e in entries if e.name == revision), None)
+    if entry and entry.verified:
+        signer = entry.signer or "the trusted signer"
         return (True, "Verified", f"revision {revision} verified, signed by {signer}")
     return (False, "Verifying", f"waiting for revision {revision}'s workers to verify it")
 
@@ -178,12 +168,12 @@ def _rollout_conditions(state: rollout.State, message: str) -> list[tuple[str, V
     ]
 
 
-def plan_model(inputs: ModelInputs) -> tuple[dict[str, Any], list[Event]]:
+def plan_model(inputs: ModelInputs) -> tuple[ModelDeploymentStatus, list[Event]]:
     """New status and the events its changes deserve: the rollout advanced by what this pass
     saw, the revisions with their traffic weights, and the conditions."""
     spec, now, gen = inputs.spec, inputs.now, inputs.generation
     revision = desired.revision_of(spec)
-    old = _old_status(inputs.status)
+    old = inputs.status
     before = old.rollout if old and old.rollout else RolloutStatus()
     seen = canary.Seen(
         revision=revision,
@@ -198,14 +188,14 @@ def plan_model(inputs: ModelInputs) -> tuple[dict[str, Any], list[Event]]:
         for n in names
     ]
     phase, available, reason, availability = _availability(
-        inputs, sum(e["readyReplicas"] for e in entries)
+        inputs, sum(e.ready_replicas for e in entries)
     )
     verdicts = [
         ("Available", (available, reason, availability)),
         ("Verified", _verified(inputs, state, entries)),
         *_rollout_conditions(state, message),
     ]
-    old_conditions = inputs.status.get("conditions", []) or []
+    old_conditions = old.conditions if old else []
     conditions = [
         condition(old_conditions, type=t, status=st, reason=r, message=m, now=now, generation=gen)
         for t, (st, r, m) in verdicts
@@ -214,31 +204,31 @@ def plan_model(inputs: ModelInputs) -> tuple[dict[str, Any], list[Event]]:
     # a judgment counts while a canary takes traffic (the loop only asks for one then)
     measuring = canary.state_of(old).phase in (rollout.Phase.PROGRESSING, rollout.Phase.PAUSED)
     analysed_at = now.timestamp() if inputs.judgment and measuring else canary.analysed_at(old)
-    fields = canary.status_fields(
-        moved.decision, last_analysis=analysed, last_analysis_at=analysed_at
+    machine = canary.status_fields(
+        moved.decision, last_analysis=analysed, last_analysis_at=analysed_at, message=message
     )
-    fields["rollout"]["message"] = message
-    status = {
-        "observedGeneration": gen,
-        "phase": phase,
-        **fields,
-        "revisions": entries,
-        "conditions": conditions,
-    }
+    status = ModelDeploymentStatus(
+        observed_generation=gen,
+        phase=phase,
+        stable_revision=machine.stable_revision,
+        canary_revision=machine.canary_revision,
+        canary_step=machine.canary_step,
+        rollout=machine.rollout,
+        revisions=entries,
+        conditions=conditions,
+    )
     return status, [_event(d) for d in moved.notable] + _availability_events(
         old_conditions, conditions, availability
     )
 
 
 def _availability_events(
-    old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]], message: str
+    old: Sequence[Condition], new: Sequence[Condition], message: str
 ) -> list[Event]:
     events = []
     problem = reporting.changed_to(old, new, "Available", "False")
-    if problem and problem["reason"] in ("PoolNotFound", "PoolClaimed"):
-        events.append(
-            Event(type="Warning", reason=str(problem["reason"]), message=str(problem["message"]))
-        )
+    if problem and problem.reason in ("PoolNotFound", "PoolClaimed"):
+        events.append(Event(type="Warning", reason=problem.reason, message=problem.message))
     if reporting.changed_to(old, new, "Available", "True"):
         events.append(Event(type="Normal", reason="Available", message=message))
     return events

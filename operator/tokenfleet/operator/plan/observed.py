@@ -11,7 +11,7 @@ import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tokenfleet.api import labels
+from tokenfleet.api import base, labels
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.operator.plan.desired import APPLIED_HASH
 from tokenfleet.operator.policy import zones
@@ -55,7 +55,7 @@ class NodeRecord:
 
 
 def _time(text: str | None) -> datetime.datetime | None:
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+    return base.from_rfc3339(text) if text else None
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:

@@ -9,11 +9,18 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Literal
 
 from tokenfleet.api import labels
+from tokenfleet.api.base import Condition, rfc3339
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
-from tokenfleet.api.pool import InferencePoolSpec
+from tokenfleet.api.pool import (
+    AutoscalingStatus,
+    InferencePoolSpec,
+    InferencePoolStatus,
+    ScalingDecision,
+    ZoneStatus,
+)
 from tokenfleet.operator.plan import canary, desired, observed, reporting
 from tokenfleet.operator.plan.reporting import Event, condition
 from tokenfleet.operator.policy import placement, zones
@@ -28,7 +35,7 @@ class PoolInputs:
     uid: str
     generation: int | None
     spec: InferencePoolSpec
-    status: Mapping[str, Any]
+    status: InferencePoolStatus | None  # as the last pass wrote it; None: new, or unreadable
     model: ModelDeploymentSpec | None  # the ModelDeployment this pool runs, if any
     rival_models: Sequence[str]  # other ModelDeployments claiming the pool (they lose)
     pods: Sequence[observed.WorkerPod]
@@ -37,7 +44,7 @@ class PoolInputs:
     now: datetime.datetime
     demand: int = 0  # the autoscaler's wish; 0 lets the bounds decide
     model_annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    autoscaling: Mapping[str, Any] | None = None  # the autoscaler's status block, when it runs
+    autoscaling: AutoscalingStatus | None = None  # the autoscaler's status block, when it runs
     metrics_ok: bool | None = None  # None: no autoscaler; False: its signals were unreadable
     model_status: ModelDeploymentStatus | None = None  # where the model's rollout stands
 
@@ -49,7 +56,7 @@ class PoolPlan:
     apply: list[desired.Manifest]
     delete: list[str]  # worker Deployment names
     scale: dict[str, int]  # worker Deployment name → replicas (the kept revision's, mid-rollout)
-    status: dict[str, Any]
+    status: InferencePoolStatus
     events: list[Event]
 
 
@@ -116,7 +123,11 @@ def plan_pool(inputs: PoolInputs) -> PoolPlan:
     )
     status = _status(inputs, health, placed, step, ready)
     return PoolPlan(
-        apply=apply, delete=delete, scale=scale, status=status, events=_events(inputs, status)
+        apply=apply,
+        delete=delete,
+        scale=scale,
+        status=status,
+        events=_events(inputs.status, status),
     )
 
 
@@ -243,25 +254,24 @@ def _progress_verdict(
     return (False, "Stable", "desired replicas are in place")
 
 
-def _lost_zone_message(inputs: PoolInputs, zone: zones.ZoneHealth, healthy: list[str]) -> str:
+def _lost_zone_message(old: InferencePoolStatus, zone: zones.ZoneHealth, healthy: list[str]) -> str:
     """ "zone-b lost: ...; its 3 replicas moved to zone-a and zone-c", stable across passes."""
-    moved = {z["name"]: z.get("desired", 0) for z in inputs.status.get("zones", []) or []}
+    moved = {z.name: z.desired for z in old.zones}
     if moved.get(zone.name) and healthy:
         return (
             f"{zone.message}; its {moved[zone.name]} replicas moved to {reporting.names(healthy)}"
         )
-    before = str(
-        reporting.find(inputs.status.get("conditions", []) or [], "Degraded").get("message", "")
-    )
-    kept = [part for part in before.split(" | ") if part.startswith(zone.message)]
-    return kept[0] if kept else zone.message
+    before = reporting.find(old.conditions, "Degraded")
+    parts = before.message.split(" | ") if before else []
+    return next((p for p in parts if p.startswith(zone.message)), zone.message)
 
 
 def _degraded_verdict(
     inputs: PoolInputs, health: Sequence[zones.ZoneHealth], placed: placement.Placement
 ) -> Verdict:
     healthy = [h.name for h in health if h.healthy]
-    lost = [_lost_zone_message(inputs, h, healthy) for h in health if not h.healthy]
+    old = inputs.status or InferencePoolStatus()
+    lost = [_lost_zone_message(old, h, healthy) for h in health if not h.healthy]
     if lost:
         return (True, "ZoneLost", " | ".join(lost))
     if placed.why == placement.Why.MAX_REPLICAS:
@@ -280,86 +290,86 @@ def _degraded_verdict(
     return (False, "AllZonesHealthy", "every zone is healthy")
 
 
+#: The MetricsUnavailable condition, by whether the autoscaler's signals were fresh.
+_METRICS: dict[bool, Verdict] = {
+    True: (False, "SignalsFresh", "scaling signals are fresh"),
+    False: (
+        True,
+        "SignalsUnreadable",
+        "Prometheus did not answer or the pool's series are stale: holding the last decision, "
+        "never scaling down on silence",
+    ),
+}
+
+
+def _last_scaling(inputs: PoolInputs, placed: placement.Placement) -> ScalingDecision:
+    """The last decision that changed the size or its reason; kept as is (time too) otherwise."""
+    last = inputs.status.last_scaling if inputs.status else None
+    why, message = placed.why.value, placed.message
+    if placed.why == placement.Why.DEMAND and inputs.autoscaling:  # say which signal asked
+        why, message = inputs.autoscaling.reason, inputs.autoscaling.message
+    if last is not None and last.replicas == placed.total and last.reason == why:
+        return last
+    return ScalingDecision(
+        replicas=placed.total, reason=why, message=message, time=rfc3339(inputs.now)
+    )
+
+
 def _status(
     inputs: PoolInputs,
     health: Sequence[zones.ZoneHealth],
     placed: placement.Placement,
     step: Mapping[str, int],
     ready: Mapping[str, int],
-) -> dict[str, Any]:
-    old = inputs.status
-    old_conditions = old.get("conditions", []) or []
-    gen, now = inputs.generation, inputs.now
-    healthy = [h.name for h in health if h.healthy]
+) -> InferencePoolStatus:
     total_ready = sum(ready.values())
-    ready_c = _ready_verdict(inputs, health, placed.total, total_ready)
-    progress = _progress_verdict(inputs, placed, step, total_ready)
-    degraded = _degraded_verdict(inputs, health, placed)
-    conditions = [
-        condition(old_conditions, type=t, status=s, reason=r, message=m, now=now, generation=gen)
-        for t, (s, r, m) in (("Ready", ready_c), ("Progressing", progress), ("Degraded", degraded))
+    verdicts = [
+        ("Ready", _ready_verdict(inputs, health, placed.total, total_ready)),
+        ("Progressing", _progress_verdict(inputs, placed, step, total_ready)),
+        ("Degraded", _degraded_verdict(inputs, health, placed)),
     ]
     if inputs.metrics_ok is not None:
-        missing = not inputs.metrics_ok
-        conditions.append(
-            condition(
-                old_conditions,
-                type="MetricsUnavailable",
-                status=missing,
-                reason="SignalsUnreadable" if missing else "SignalsFresh",
-                message="Prometheus did not answer or the pool's series are stale: holding "
-                "the last "
-                "decision, never scaling down on silence"
-                if missing
-                else "scaling signals are fresh",
-                now=now,
-                generation=gen,
+        verdicts.append(("MetricsUnavailable", _METRICS[inputs.metrics_ok]))
+    healthy = [h.name for h in health if h.healthy]
+    return InferencePoolStatus(
+        observed_generation=inputs.generation,
+        replicas=placed.total,
+        ready_replicas=total_ready,
+        warm_replicas=sum(min(ready.get(z, 0), inputs.spec.warm.per_zone) for z in healthy),
+        zones=[
+            ZoneStatus(
+                name=h.name,
+                desired=placed.per_zone.get(h.name, 0),
+                ready=ready.get(h.name, 0),
+                healthy=h.healthy,
+                message=h.message,
             )
-        )
-    last = old.get("lastScaling") or {}
-    why, message = placed.why.value, placed.message
-    if placed.why == placement.Why.DEMAND and inputs.autoscaling:  # say which signal asked
-        why, message = str(inputs.autoscaling["reason"]), str(inputs.autoscaling["message"])
-    if last.get("replicas") != placed.total or last.get("reason") != why:
-        last = {
-            "replicas": placed.total,
-            "reason": why,
-            "message": message,
-            "time": reporting.timestamp(now),
-        }
-    warm = sum(min(ready.get(z, 0), inputs.spec.warm.per_zone) for z in healthy)
-    return {
-        "observedGeneration": gen,
-        "replicas": placed.total,
-        "readyReplicas": total_ready,
-        "warmReplicas": warm,
-        "zones": [
-            {
-                "name": h.name,
-                "desired": placed.per_zone.get(h.name, 0),
-                "ready": ready.get(h.name, 0),
-                "healthy": h.healthy,
-                "message": h.message,
-            }
             for h in health
         ],
-        "lastScaling": last,
-        "conditions": conditions,
-    } | ({"autoscaling": dict(inputs.autoscaling)} if inputs.autoscaling is not None else {})
+        last_scaling=_last_scaling(inputs, placed),
+        autoscaling=inputs.autoscaling,
+        conditions=_conditions(inputs, verdicts),
+    )
 
 
-def _events(inputs: PoolInputs, status: Mapping[str, Any]) -> list[Event]:
-    old = inputs.status.get("conditions", []) or []
-    new = status["conditions"]
+def _conditions(inputs: PoolInputs, verdicts: Sequence[tuple[str, Verdict]]) -> list[Condition]:
+    old = inputs.status.conditions if inputs.status else []
+    now, gen = inputs.now, inputs.generation
+    return [
+        condition(old, type=t, status=s, reason=r, message=m, now=now, generation=gen)
+        for t, (s, r, m) in verdicts
+    ]
+
+
+def _events(old: InferencePoolStatus | None, new: InferencePoolStatus) -> list[Event]:
+    """One Event per transition a user should see: a zone lost or back, a blocked pool, a new
+    size, a new demand."""
+    before = old or InferencePoolStatus()
     events = []
-    if lost := reporting.changed_to(old, new, "Degraded", "True"):
-        events.append(
-            Event(type="Warning", reason=str(lost["reason"]), message=str(lost["message"]))
-        )
-    was_lost = {
-        z["name"] for z in inputs.status.get("zones", []) or [] if not z.get("healthy", True)
-    }
-    back = [z["name"] for z in status["zones"] if z["healthy"] and z["name"] in was_lost]
+    if lost := reporting.changed_to(before.conditions, new.conditions, "Degraded", "True"):
+        events.append(Event(type="Warning", reason=lost.reason, message=lost.message))
+    was_lost = {z.name for z in before.zones if not z.healthy}
+    back = [z.name for z in new.zones if z.healthy and z.name in was_lost]
     if back:
         events.append(
             Event(
@@ -368,35 +378,22 @@ def _events(inputs: PoolInputs, status: Mapping[str, Any]) -> list[Event]:
                 message=f"{reporting.names(back)} healthy again; rebalancing replicas",
             )
         )
-    blocked = reporting.changed_to(old, new, "Ready", "False")
-    if blocked and blocked["reason"] in ("NoModelDeployment", "NoHealthyZone"):
-        waiting = blocked["reason"] == "NoModelDeployment"  # a pool waiting for a model is normal
-        events.append(
-            Event(
-                type="Normal" if waiting else "Warning",
-                reason=str(blocked["reason"]),
-                message=str(blocked["message"]),
-            )
-        )
-    last_old = inputs.status.get("lastScaling") or {}
-    last_new = status["lastScaling"]
-    if last_old.get("time") != last_new.get("time"):
-        before = last_old.get("replicas", 0)
+    blocked = reporting.changed_to(before.conditions, new.conditions, "Ready", "False")
+    if blocked and blocked.reason in ("NoModelDeployment", "NoHealthyZone"):
+        waiting = blocked.reason == "NoModelDeployment"  # a pool waiting for a model is normal
+        kind: Literal["Normal", "Warning"] = "Normal" if waiting else "Warning"
+        events.append(Event(type=kind, reason=blocked.reason, message=blocked.message))
+    last_old, last_new = before.last_scaling, new.last_scaling
+    if last_new is not None and (last_old.time if last_old else None) != last_new.time:
         events.append(
             Event(
                 type="Normal",
                 reason="Scaled",
-                message=f"{before} -> {last_new['replicas']} replicas ({last_new['message']})",
+                message=f"{last_old.replicas if last_old else 0} -> {last_new.replicas} "
+                f"replicas ({last_new.message})",
             )
         )
-    before = (inputs.status.get("autoscaling") or {}).get("demand")
-    after = (status.get("autoscaling") or {}).get("demand")
-    if before is not None and after is not None and before != after:
-        events.append(
-            Event(
-                type="Normal",
-                reason="Autoscaled",
-                message=str(status["autoscaling"]["message"])[:500],
-            )
-        )
+    demand_old, demand_new = before.autoscaling, new.autoscaling
+    if demand_old and demand_new and demand_old.demand != demand_new.demand:
+        events.append(Event(type="Normal", reason="Autoscaled", message=demand_new.message[:500]))
     return events

@@ -1,17 +1,17 @@
-"""Status building blocks (pure): conditions that keep their transition time, and events."""
+"""Status building blocks (pure): conditions that keep their transition time, and events.
+
+Conditions are :class:`tokenfleet.api.base.Condition` values; the loop turns a whole status
+into its wire form once, when it writes it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from collections.abc import Iterable
+from typing import Literal
 
-Status = dict[str, Any]
-
-
-def timestamp(now: datetime.datetime) -> str:
-    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+from tokenfleet.api.base import Condition, rfc3339
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,7 +24,7 @@ class Event:
 
 
 def condition(
-    old: Iterable[Mapping[str, Any]],
+    old: Iterable[Condition],
     *,
     type: str,
     status: bool,
@@ -32,35 +32,34 @@ def condition(
     message: str,
     now: datetime.datetime,
     generation: int | None,
-) -> dict[str, Any]:
+) -> Condition:
     """A condition; its lastTransitionTime moves only when its status changes."""
-    text = "True" if status else "False"
-    previous = next((c for c in old if c.get("type") == type), None)
-    since = (
-        previous.get("lastTransitionTime") if previous and previous.get("status") == text else None
+    text: Literal["True", "False"] = "True" if status else "False"
+    previous = find(old, type)
+    since = previous.last_transition_time if previous and previous.status == text else None
+    return Condition(
+        type=type,
+        status=text,
+        reason=reason,
+        message=message,
+        last_transition_time=since or rfc3339(now),
+        observed_generation=generation,
     )
-    return {
-        "type": type,
-        "status": text,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": since or timestamp(now),
-        "observedGeneration": generation,
-    }
 
 
-def find(conditions: Iterable[Mapping[str, Any]], kind: str) -> Mapping[str, Any]:
-    return next((c for c in conditions if c.get("type") == kind), {})
+def find(conditions: Iterable[Condition], kind: str) -> Condition | None:
+    """The condition of type ``kind``, if there is one."""
+    return next((c for c in conditions if c.type == kind), None)
 
 
 def changed_to(
-    old: Iterable[Mapping[str, Any]], new: Iterable[Mapping[str, Any]], kind: str, status: str
-) -> Mapping[str, Any] | None:
+    old: Iterable[Condition], new: Iterable[Condition], kind: str, status: str
+) -> Condition | None:
     """The new condition ``kind`` if it just became ``status`` or changed reason while so."""
     before, after = find(old, kind), find(new, kind)
-    if after.get("status") != status:
+    if after is None or after.status != status:
         return None
-    if before.get("status") == status and before.get("reason") == after.get("reason"):
+    if before is not None and before.status == status and before.reason == after.reason:
         return None
     return after
 

@@ -1,0 +1,291 @@
+"""The Helm chart (charts/tokenfleet) against the real local API server, with the built helm.
+
+Covers: `helm lint` is clean (defaults and the local overlay); `helm template` output is accepted
+by the API server (server-side dry-run), and so is `kubectl apply -k manifests/install`, which
+holds the same objects as the chart; manifests/ is current; install → upgrade → uninstall
+leaves no orphans; the generated salt and Redis password survive an upgrade; the rendered Redis
+refuses a client without its password and accepts the gateway's URL. Pods do not run here
+(kwok fakes them); the objects are what is asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from support.cluster import BIN_DIR, REPO, Cluster, wait_for
+from tokenfleet.gateway.redis_client import RespClient, RespError
+
+CHART = REPO / "charts" / "tokenfleet"
+LOCAL = CHART / "values-local.yaml"
+HELM = BIN_DIR / "helm"
+#: Namespaced kinds the chart creates (Helm's own release Secrets are checked separately).
+NAMESPACED = (
+    "deployments,replicasets,pods,services,serviceaccounts,secrets,roles,rolebindings,"
+    "poddisruptionbudgets,networkpolicies"
+)
+CLUSTER_SCOPED = "clusterroles,clusterrolebindings"
+
+
+@pytest.fixture
+def helm(cluster: Cluster, tmp_path: Path) -> Any:
+    """Run the built helm against the local cluster, with its state kept in tmp_path."""
+    env = {
+        **cluster.env,
+        "HELM_CACHE_HOME": str(tmp_path / "cache"),
+        "HELM_CONFIG_HOME": str(tmp_path / "config"),
+        "HELM_DATA_HOME": str(tmp_path / "data"),
+    }
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(HELM), *args], env=env, capture_output=True, text=True, timeout=180, check=False
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed: {done.stderr}")
+        return done
+
+    return run
+
+
+def objects(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def ids(docs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]) for d in docs}
+
+
+def test_helm_lint_is_clean(helm: Any) -> None:
+    for extra in ([], ["-f", str(LOCAL)]):
+        done = helm("lint", "--strict", str(CHART), *extra)
+        assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout, done.stdout
+        assert "[WARNING]" not in done.stdout and "[ERROR]" not in done.stdout, done.stdout
+
+
+def test_the_schema_refuses_a_bad_value(helm: Any) -> None:
+    done = helm("template", "x", str(CHART), "--set", "gateway.quotaFailure=maybe", check=False)
+    assert done.returncode != 0 and "quotaFailure" in done.stderr, done.stderr
+    done = helm(
+        "template", "x", str(CHART), "--set", "operator.leaderElection.renewSeconds=5", check=False
+    )
+    assert done.returncode != 0 and "3 x renewSeconds" in done.stderr, done.stderr
+
+
+def test_rendered_manifests_are_current() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tools" / "render_manifests.py"),
+            "--check",
+            "--helm",
+            str(HELM),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("values", [[], ["-f", str(LOCAL)]], ids=["defaults", "local"])
+def test_helm_template_is_accepted_by_the_api_server(
+    cluster: Cluster, helm: Any, ns: str, values: list[str]
+) -> None:
+    release = f"tf-{uuid.uuid4().hex[:6]}"
+    rendered = helm("template", release, str(CHART), "-n", ns, "--include-crds", *values).stdout
+    docs = objects(rendered)
+    kinds = {d["kind"] for d in docs}
+    assert {"CustomResourceDefinition", "Deployment", "ClusterRole", "Role", "Secret"} <= kinds
+    done = cluster.kubectl(
+        "apply", "--server-side", "--dry-run=server", "-f", "-", stdin=rendered, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("(server dry run)") == len(docs)
+
+
+def test_the_kustomize_install_holds_the_charts_objects(cluster: Cluster, helm: Any) -> None:
+    built = cluster.kubectl("kustomize", str(REPO / "manifests" / "install")).stdout
+    chart = helm(
+        "template",
+        "tokenfleet",
+        str(CHART),
+        "-n",
+        "tokenfleet-system",
+        "--include-crds",
+        "--set",
+        "namespace.create=true",
+        "--set",
+        "generateSecrets=false",
+    ).stdout
+    assert ids(objects(built)) == ids(objects(chart))
+    by_id = {(d["kind"], d["metadata"]["name"]): d for d in objects(chart)}
+    for doc in objects(built):
+        assert doc == by_id[(doc["kind"], doc["metadata"]["name"])], doc["metadata"]["name"]
+    crds = {d["metadata"]["name"]: d for d in objects(built) if d["kind"].startswith("Custom")}
+    for path in (REPO / "crds").glob("*.yaml"):
+        crd = yaml.safe_load(path.read_text())
+        assert crds[crd["metadata"]["name"]] == crd
+    # A dry run cannot create the namespace its objects go in: that one is applied for real.
+    cluster.kubectl("apply", "-k", str(REPO / "manifests" / "base" / "namespace"))
+    done = cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-k",
+        str(REPO / "manifests" / "install"),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def secret_value(cluster: Cluster, ns: str, name: str, key: str) -> str:
+    data = cluster.get("secret", name, "-n", ns)["data"]
+    return base64.b64decode(data[key]).decode()
+
+
+def labelled(cluster: Cluster, ns: str, release: str) -> set[str]:
+    selector = f"app.kubernetes.io/instance={release}"
+    found = cluster.kubectl(
+        "get", NAMESPACED, "-n", ns, "-l", selector, "-o", "name"
+    ).stdout.split()
+    found += cluster.kubectl("get", CLUSTER_SCOPED, "-l", selector, "-o", "name").stdout.split()
+    return set(found)
+
+
+def test_install_upgrade_uninstall_leaves_nothing_and_keeps_secrets(
+    cluster: Cluster, helm: Any, ns: str
+) -> None:
+    release = f"tf-{uuid.uuid4().hex[:6]}"
+    full = f"{release}-tokenfleet"
+    helm("install", release, str(CHART), "-n", ns, "--wait=false")
+    installed = labelled(cluster, ns, release)
+    for name in (
+        f"deployment.apps/{full}-operator",
+        f"deployment.apps/{full}-gateway",
+        f"deployment.apps/{full}-redis",
+        f"secret/{full}-gateway-salt",
+        f"secret/{full}-redis",
+        f"networkpolicy.networking.k8s.io/{full}-redis",
+        f"poddisruptionbudget.policy/{full}-operator",
+        f"role.rbac.authorization.k8s.io/{full}-operator-leader-election",
+        f"clusterrole.rbac.authorization.k8s.io/{full}-operator",
+        f"clusterrolebinding.rbac.authorization.k8s.io/{full}-gateway",
+    ):
+        assert name in installed, (name, installed)
+    salt = secret_value(cluster, ns, f"{full}-gateway-salt", "salt")
+    password = secret_value(cluster, ns, f"{full}-redis", "password")
+    assert len(salt) == 48 and len(password) == 32 and password.isalnum()
+
+    helm("upgrade", release, str(CHART), "-n", ns, "--set", "gateway.replicas=3", "--wait=false")
+    assert secret_value(cluster, ns, f"{full}-gateway-salt", "salt") == salt
+    assert secret_value(cluster, ns, f"{full}-redis", "password") == password
+    gateway = cluster.get("deployment", f"{full}-gateway", "-n", ns)
+    assert gateway["spec"]["replicas"] == 3
+    env = {
+        e["name"]: e.get("value")
+        for e in gateway["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["TOKENFLEET_GATEWAY_REPLICAS"] == "3"
+
+    helm("uninstall", release, "-n", ns, "--wait")
+    # Pods and ReplicaSets go by garbage collection, a moment after their Deployments.
+    wait_for(
+        "every object of the release to be gone",
+        lambda: not labelled(cluster, ns, release) or None,
+        timeout=60,
+    )
+    history = cluster.kubectl(
+        "get", "secrets", "-n", ns, "-l", f"owner=helm,name={release}", "-o", "name"
+    ).stdout
+    assert history.strip() == ""
+    # The CRDs stay (Helm never deletes them: that would delete every user's resources).
+    assert cluster.get("crd", "inferencepools.tokenfleet.io")["metadata"]["name"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture
+def chart_redis(helm: Any) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """The chart's Redis container command run as a real redis-server on a free loopback port."""
+    port, password = free_port(), uuid.uuid4().hex
+    docs = objects(
+        helm(
+            "template",
+            "tokenfleet",
+            str(CHART),
+            "-n",
+            "tf",
+            "--set",
+            f"redis.port={port}",
+            "--set",
+            "redis.extraArgs={--bind,127.0.0.1}",
+        ).stdout
+    )
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    container = deployments["tokenfleet-redis"]["spec"]["template"]["spec"]["containers"][0]
+    argv = [
+        a.replace("$(REDIS_PASSWORD)", password) for a in container["command"] + container["args"]
+    ]
+    process = subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd="/tmp",
+        env={"PATH": os.environ["PATH"]},
+    )
+    try:
+        wait_for("redis to listen", lambda: listening(port))
+        yield port, password, deployments["tokenfleet-gateway"]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+async def set_and_get(url: str) -> Any:
+    client = RespClient(url, timeout=5)
+    try:
+        await client.call("SET", "quota", 1)
+        return await client.call("GET", "quota")
+    finally:
+        await client.close()
+
+
+def test_the_charts_redis_refuses_a_client_without_the_password(
+    chart_redis: tuple[int, str, dict[str, Any]],
+) -> None:
+    """The rendered redis-server flags, run for real, and the gateway's own Redis client with
+    the URL the chart gives it (expanded as the kubelet expands $(VAR) in env values)."""
+    port, password, gateway = chart_redis
+    with pytest.raises(RespError, match="NOAUTH"):
+        asyncio.run(set_and_get(f"redis://127.0.0.1:{port}/0"))
+    with pytest.raises(RespError, match=r"WRONGPASS|invalid"):
+        asyncio.run(set_and_get(f"redis://:wrong@127.0.0.1:{port}/0"))
+    env = {e["name"]: e for e in gateway["spec"]["template"]["spec"]["containers"][0]["env"]}
+    url = env["TOKENFLEET_REDIS_URL"]["value"].replace("$(TOKENFLEET_REDIS_PASSWORD)", password)
+    assert url.startswith(f"redis://:{password}@tokenfleet-redis.tf.svc:{port}/")
+    url = url.replace("tokenfleet-redis.tf.svc", "127.0.0.1")
+    assert asyncio.run(set_and_get(url)) == b"1"
