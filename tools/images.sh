@@ -15,6 +15,7 @@
 #   pause       registry.k8s.io/pause:3.10.2         Kubernetes' pause.c, static, FROM scratch
 #   tokenfleet  ghcr.io/tokenfleet/tokenfleet:0.1.0  operator, gateway, CLI
 #   worker-sim  ghcr.io/tokenfleet/worker:sim-<ver>  verify-first entrypoint + llm-d-inference-sim
+#   redis       localhost/tokenfleet-redis:7         the base's redis-server (local chart install)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
@@ -98,7 +99,9 @@ mkdir -p "$images/current"
 wheels="" # set per image below: its wheelhouse
 
 # 1. The base: Debian minbase with Python, from Debian's packages (about a minute, once).
-base_recipe="mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates $suite"
+# redis-server too: the local chart install's Redis image is this base (images/redis).
+includes=python3,python3-venv,ca-certificates,redis-server
+base_recipe="mmdebstrap --variant=minbase --include=$includes $suite"
 base_key=base-$(echo "$base_recipe" | sha256sum | cut -c1-12)
 base_tag=localhost/tokenfleet-base:$base_key
 if [ -f "$images/$base_key/.complete" ]; then
@@ -109,7 +112,7 @@ else
   rm -rf "$images/$base_key.tmp" && mkdir -p "$images/$base_key.tmp"
   # Reproducible file dates; no apt lists or caches left in the image.
   SOURCE_DATE_EPOCH=1767225600 mmdebstrap -q --variant=minbase \
-    --include=python3,python3-venv,ca-certificates \
+    --include="$includes" \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
     "$suite" "$images/$base_key.tmp/rootfs.tar" "$mirror" >&2
   "${podman[@]}" import -q "$images/$base_key.tmp/rootfs.tar" "$base_tag" >/dev/null
@@ -148,5 +151,11 @@ cp "$ctx/images/worker-sim/Dockerfile" "$ctx/Dockerfile"
 wheels=$(wheelhouse "$ctx/images/worker-sim/requirements.lock")
 build_image worker-sim "$ctx" "ghcr.io/tokenfleet/worker:sim-$sim_ver" "$base_key" \
   --build-arg "BASE=$base_tag"
+
+# 5. Redis for the chart's local install (the base has redis-server).
+ctx=$(context redis images/redis)
+cp "$ctx/images/redis/Dockerfile" "$ctx/Dockerfile"
+wheels=""
+build_image redis "$ctx" localhost/tokenfleet-redis:7 "$base_key" --build-arg "BASE=$base_tag"
 
 echo "$images/current"

@@ -25,7 +25,7 @@ DEFAULT_STATE = Path(".tokenfleet")
 DEFAULT_BIN = (
     Path(os.environ.get("TOKENFLEET_CACHE", Path.home() / ".cache/tokenfleet")) / "bin/current"
 )
-START_TIMEOUT_SECONDS = 180.0
+START_TIMEOUT_SECONDS = 480.0  # the real node imports images and waits for the chart's pods
 
 
 def _ports(text: str) -> controlplane.Ports | None:

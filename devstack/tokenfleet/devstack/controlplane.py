@@ -147,6 +147,8 @@ def controller_manager(bin_dir: Path, ports: Ports, files: Files) -> list[str]:
         "--bind-address=127.0.0.1",
         f"--secure-port={ports.controller_manager}",
         f"--service-account-private-key-file={files.service_account_key}",
+        # The CA pods trust for the API server (kube-root-ca.crt): its self-signed serving bundle.
+        f"--root-ca-file={files.pki / 'apiserver.crt'}",
         # EndpointSlices reject loopback pod IPs; the gateway watches pods instead.
         "--controllers=*,-endpoints-controller,-endpointslice-controller,"
         "-endpointslice-mirroring-controller",

@@ -27,6 +27,7 @@ from typing import IO, Any
 import aiohttp
 
 from tokenfleet.devstack import (
+    chart,
     controlplane,
     nodes,
     pki,
@@ -199,10 +200,13 @@ class Stack:
                     targets_dir=self.options.state_dir / "prometheus",
                 )
                 agent_task = asyncio.create_task(agent.run())
-                if self.options.operator or self.options.platform:
-                    await asyncio.to_thread(self._start_operator)
-                if self.options.platform:
-                    await self._start_platform(session)
+                if self.options.platform and self.real_node is not None:
+                    await self._install_chart(token, session)
+                else:  # the operator and gateway as host processes
+                    if self.options.operator or self.options.platform:
+                        await asyncio.to_thread(self._start_operator)
+                    if self.options.platform:
+                        await self._start_platform(session)
                 self._announce(started)
                 await stop.wait()
                 log.info("stopping")
@@ -408,6 +412,39 @@ class Stack:
             redis_port=self.ports.redis,
         )
         await self._start(gateway, "", session)
+        await self._dev_tenant_and_examples()
+
+    async def _install_chart(self, token: str, session: aiohttp.ClientSession) -> None:
+        """The operator, gateway and Redis as the chart's pods on the real node."""
+        argv = chart.helm_argv(
+            helm=self.options.bin_dir / "helm",
+            chart=REPO / "charts" / "tokenfleet",
+            images=self.options.images_dir,
+            ports=self.ports,
+            health_port=processes.free_port(),
+        )
+        env = {**os.environ, "KUBECONFIG": str(self.files.kubeconfig)}
+        log.info("installing the chart onto %s", realnode.NODE_NAME)
+        done = await asyncio.to_thread(
+            subprocess.run, argv, env=env, capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise StackError(f"helm upgrade --install failed: {done.stderr.strip()}")
+        health = f"http://127.0.0.1:{self.ports.gateway}/healthz"
+        await self._wait_healthy("tokenfleet-gateway (chart)", health, session)
+        await self._dev_tenant_and_examples()
+
+    async def _wait_healthy(self, name: str, url: str, session: aiohttp.ClientSession) -> None:
+        deadline = time.monotonic() + HEALTH_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                    if resp.status == 200:
+                        return
+            await asyncio.sleep(0.5)
+        raise StackError(f"{name} not healthy at {url} after {HEALTH_TIMEOUT_SECONDS:.0f} s")
+
+    async def _dev_tenant_and_examples(self) -> None:
         await asyncio.to_thread(self._kubectl, "apply", "-f", "-", stdin=platform.DEV_TENANT_YAML)
         await platform.ensure_dev_key(self.options.state_dir, self.files.kubeconfig)
         examples = REPO / "examples"
