@@ -45,9 +45,16 @@ def test_up_serves_the_examples_through_the_gateway_and_down_cleans_up(
     info = json.loads((state / "stack.json").read_text())
     try:
         if real_node:
-            assert chart_pods_on_the_real_node(info["kubeconfig"]) == {
-                "operator", "gateway", "redis"
-            }  # fmt: skip
+            # The gateway turns Ready once it has seen the dev tenant and a ready worker.
+            wait_for(
+                "the chart's operator, gateway and Redis Ready on the real node",
+                lambda: (
+                    chart_pods_on_the_real_node(info["kubeconfig"])
+                    == {"operator", "gateway", "redis"}
+                ),
+                timeout=180,
+                every=2.0,
+            )
             assert not {"tokenfleet-operator", "redis", "tokenfleet-gateway"} & set(
                 info["children"]
             )
