@@ -130,6 +130,7 @@ async def measure(
             ticker.cancel()
     elapsed = max(record["done"], default=start + seconds) - start
     done = len(record["done"])
+    failed = len(record["errors"])
     return planning.ProfilePoint(
         offered_rps=rate if rate else done / elapsed if elapsed > 0 else 0.0,
         throughput_rps=done / elapsed if elapsed > 0 else 0.0,
@@ -137,6 +138,7 @@ async def measure(
         inter_token_p99_seconds=_p99(record["itl"]),
         prefill_tokens_per_second=sum(record["prompt"]) / elapsed if elapsed > 0 else 0.0,
         decode_tokens_per_second=sum(record["completion"]) / elapsed if elapsed > 0 else 0.0,
+        error_rate=failed / (done + failed) if done + failed else 0.0,
     )
 
 
@@ -215,6 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-num-seqs", type=int, default=256, help="the engine's setting, recorded"
     )
+    parser.add_argument(
+        "--kv-cache-bytes", type=float, default=0, help="the engine's KV-cache memory, recorded"
+    )
+    parser.add_argument(
+        "--kv-bytes-per-token", type=float, default=0, help="the model's KV bytes per token"
+    )
     parser.add_argument("--accelerator", default="")
     parser.add_argument("--out", type=Path, default=Path("replica-profile.json"))
     parser.add_argument("--plot", type=Path, default=Path("replica-profile.png"))
@@ -258,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         accelerator=args.accelerator,
         points=points,
         max_num_seqs=args.max_num_seqs,
+        kv_cache_bytes=args.kv_cache_bytes,
+        kv_bytes_per_token=args.kv_bytes_per_token,
     )
     slo = planning.Slo(ttft_p99_seconds=args.slo_ttft, inter_token_p99_seconds=args.slo_itl)
     args.out.write_text(orjson.dumps(profile.to_wire(), option=orjson.OPT_INDENT_2).decode())
