@@ -32,6 +32,9 @@ from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.capacity import costing
 from tokenfleet.operator.policy import placement
 
+#: The API's bound on replicas.max: one pool holds at most this many replicas.
+MAX_REPLICAS = 10_000
+
 
 class Tokens(Model):
     """A token-count distribution (per request)."""
@@ -358,12 +361,17 @@ def pool_snippet(
 ) -> str:
     """An InferencePool for the plan (YAML), checked against the API model before it is shown."""
     total = result.total
+    if total > MAX_REPLICAS:
+        return (
+            f"# no InferencePool: {total} replicas exceed replicas.max's limit ({MAX_REPLICAS}); "
+            "split the fleet over several pools\n"
+        )
     spec: dict[str, Any] = {
         "zones": {"names": sorted(result.per_zone), "tolerateLoss": workload.tolerate_loss},
         # min is the held demand (the peak's, when there is one: a short peak is over before
         # a cold start ends, so its replicas stay warm); the operator adds the tolerateLoss
         # headroom itself, as planned here.
-        "replicas": {"min": result.needed, "max": max(total * 2, total + 1)},
+        "replicas": {"min": result.needed, "max": min(MAX_REPLICAS, max(total * 2, total + 1))},
     }
     if profile.accelerator:
         spec["accelerator"] = {"product": profile.accelerator}
@@ -377,15 +385,23 @@ def pool_snippet(
     return yaml.safe_dump(doc, sort_keys=False)
 
 
+def _amount(value: float, unit: str, decimals: int) -> str:
+    """A table cell: bytes in GB (the raw figure is 15 digits), everything else as counted."""
+    if unit == "bytes":
+        return f"{value / 1e9:,.0f} GB"
+    return f"{value:,.{decimals}f}"
+
+
 def _sizing_lines(sizing: Sizing, workload: Workload) -> list[str]:
     lines = [
         f"{sizing.label} {sizing.demand.rps:,.0f} req/s:",
-        f"  {'constraint':18} {'demand':>18} {'per replica':>16} {'replicas':>9}  sized for",
+        f"  {'constraint':20} {'demand':>14} {'per replica':>12} {'replicas':>9}  sized for",
     ]
     for c in sizing.constraints:
         mark = "  <- binds" if c is sizing.binding else ""
         lines.append(
-            f"  {c.name:18} {c.demand:18,.0f} {c.per_replica:16,.1f} {c.replicas:9d}  "
+            f"  {c.name:20} {_amount(c.demand, c.unit, 0):>14} "
+            f"{_amount(c.per_replica, c.unit, 2):>12} {c.replicas:9d}  "
             f"{c.basis}{mark}"
         )
     lines.append(
