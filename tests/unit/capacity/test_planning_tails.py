@@ -222,3 +222,10 @@ def test_cli_refuses_bad_input_with_a_reason(
     assert plan_cli(files(tmp_path, **over)) == 2
     err = capsys.readouterr().err
     assert err.startswith("tokenfleet plan: ") and message in err
+
+
+def test_a_fleet_beyond_one_pool_says_so_instead_of_a_snippet() -> None:
+    result = planning.plan(workload(), profile(1))  # 1 req/s a replica: 32,145 replicas
+    assert result is not None and result.total > planning.MAX_REPLICAS
+    snippet = planning.pool_snippet(result, workload(), profile(1))
+    assert snippet.startswith("# no InferencePool:") and "split the fleet" in snippet
