@@ -1,4 +1,5 @@
-"""``tokenfleet plan --workload W.yaml --profile P.json``: replicas, what binds, a pool."""
+"""``tokenfleet plan --workload W.yaml --profile P.json``: sustained and peak fleets, what binds
+each (and at which percentile), the cost at the sustained rate, and an InferencePool."""
 
 from __future__ import annotations
 
@@ -7,21 +8,47 @@ import json
 import sys
 from pathlib import Path
 
+import pydantic
 import yaml
 
 from tokenfleet.capacity import planning
 
 
+def _load(args: argparse.Namespace) -> tuple[planning.Workload, planning.Profile]:
+    """Parse both files once; any problem is a ValueError naming the file."""
+    try:
+        raw = yaml.safe_load(args.workload.read_text())
+        if args.gpu_hour_price is not None:
+            raw = dict(raw or {})
+            raw["cost"] = {**(raw.get("cost") or {}), "gpuHourPrice": args.gpu_hour_price}
+        workload = planning.Workload.model_validate(raw)
+    except (OSError, yaml.YAMLError, pydantic.ValidationError, TypeError) as exc:
+        raise ValueError(f"{args.workload}: {exc}") from exc
+    try:
+        profile = planning.Profile.model_validate(json.loads(args.profile.read_text()))
+    except (OSError, json.JSONDecodeError, pydantic.ValidationError) as exc:
+        raise ValueError(f"{args.profile}: {exc}") from exc
+    return workload, profile
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tokenfleet plan", description=__doc__)
-    parser.add_argument("--workload", type=Path, required=True, help="YAML: peak RPS, tokens, SLO")
+    parser.add_argument(
+        "--workload", type=Path, required=True, help="YAML: rates, tokens, SLO, zones, cost"
+    )
     parser.add_argument(
         "--profile", type=Path, required=True, help="JSON from `tokenfleet bench replica`"
     )
+    parser.add_argument(
+        "--gpu-hour-price", type=float, help="dollars per GPU-hour (overrides cost.gpuHourPrice)"
+    )
     parser.add_argument("--pool-name", default="planned-pool")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    workload = planning.Workload.model_validate(yaml.safe_load(args.workload.read_text()))
-    profile = planning.Profile.model_validate(json.loads(args.profile.read_text()))
+    try:
+        workload, profile = _load(args)
+    except ValueError as exc:
+        print(f"tokenfleet plan: {exc}", file=sys.stderr)
+        return 2
     result = planning.plan(workload, profile)
     if result is None:
         print(
@@ -32,14 +59,28 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    d = result.demand
+    p = result.usable_point
     print(
-        f"work: {d.prefill_tokens_per_second:,.0f} prefill tokens/s, "
-        f"{d.decode_tokens_per_second:,.0f} decode tokens/s, "
-        f"{d.concurrent_sequences:,.0f} concurrent sequences "
-        f"({d.seconds_in_system:.1f} s each)"
+        f"replica: {profile.model}{' on ' + profile.accelerator if profile.accelerator else ''}, "
+        f"usable at {p.throughput_rps:,.2f} req/s (TTFT p99 {p.ttft_p99_seconds:.3f} s, "
+        f"inter-token p99 {p.inter_token_p99_seconds * 1000:.1f} ms)"
     )
+    for sizing in (result.sustained, result.peak):
+        d = sizing.demand
+        print(
+            f"work at {sizing.label} {d.rps:,.0f} req/s: "
+            f"{d.prefill_tokens_per_second:,.0f} prefill tokens/s, "
+            f"{d.decode_tokens_per_second:,.0f} decode tokens/s, "
+            f"{d.concurrent_sequences:,.0f} concurrent sequences for the mean request "
+            f"({d.seconds_in_system:.1f} s each), {d.tail_concurrent_sequences:,.0f} for the "
+            f"p99 request ({d.tail_seconds_in_system:.1f} s each)"
+        )
+        if workload.peak_rps <= workload.sustained:
+            break  # no distinct peak: one sizing
+    print()
     print("\n".join(planning.table(result, workload)))
+    if result.cost is None:
+        print("cost: give cost.gpuHourPrice in the workload or --gpu-hour-price")
     print()
     print(planning.pool_snippet(result, workload, profile, args.pool_name), end="")
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import random
 import statistics
 import sys
@@ -128,15 +129,47 @@ async def measure(
             await asyncio.gather(*tasks)
         if ticker is not None:
             ticker.cancel()
-    elapsed = max(record["done"], default=start + seconds) - start
+    rates = carried(record, start=start, seconds=seconds)
     done = len(record["done"])
+    failed = len(record["errors"])
     return planning.ProfilePoint(
-        offered_rps=rate if rate else done / elapsed if elapsed > 0 else 0.0,
-        throughput_rps=done / elapsed if elapsed > 0 else 0.0,
+        offered_rps=rate if rate else rates.requests,
+        throughput_rps=rates.requests,
         ttft_p99_seconds=_p99(record["ttft"]),
         inter_token_p99_seconds=_p99(record["itl"]),
-        prefill_tokens_per_second=sum(record["prompt"]) / elapsed if elapsed > 0 else 0.0,
-        decode_tokens_per_second=sum(record["completion"]) / elapsed if elapsed > 0 else 0.0,
+        prefill_tokens_per_second=rates.prompt_tokens,
+        decode_tokens_per_second=rates.completion_tokens,
+        error_rate=failed / (done + failed) if done + failed else 0.0,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Rates:
+    requests: float
+    prompt_tokens: float
+    completion_tokens: float
+
+
+#: The share of a level spent warming up: completions before it are not counted, because the
+#: replica is still filling (a request takes seconds) and would read as slower than it is.
+WARM_UP_SHARE = 1 / 3
+
+
+def carried(record: dict[str, list[float]], *, start: float, seconds: float) -> Rates:
+    """What the replica carried in steady state: completions (and their tokens) in the last
+    two thirds of the level's window, per second. Counting every completion over the time to
+    the last one would charge the drain to the replica (40 % low with multi-second requests);
+    counting them over the window alone would credit an overloaded replica with the backlog it
+    drains afterwards."""
+    begin, end = start + seconds * WARM_UP_SHARE, start + seconds
+    span = end - begin
+    inside = [i for i, t in enumerate(record["done"]) if begin <= t < end]
+    if span <= 0:
+        return Rates(requests=0.0, prompt_tokens=0.0, completion_tokens=0.0)
+    return Rates(
+        requests=len(inside) / span,
+        prompt_tokens=sum(record["prompt"][i] for i in inside) / span,
+        completion_tokens=sum(record["completion"][i] for i in inside) / span,
     )
 
 
@@ -215,6 +248,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-num-seqs", type=int, default=256, help="the engine's setting, recorded"
     )
+    parser.add_argument(
+        "--kv-cache-bytes", type=float, default=0, help="the engine's KV-cache memory, recorded"
+    )
+    parser.add_argument(
+        "--kv-bytes-per-token", type=float, default=0, help="the model's KV bytes per token"
+    )
     parser.add_argument("--accelerator", default="")
     parser.add_argument("--out", type=Path, default=Path("replica-profile.json"))
     parser.add_argument("--plot", type=Path, default=Path("replica-profile.png"))
@@ -258,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         accelerator=args.accelerator,
         points=points,
         max_num_seqs=args.max_num_seqs,
+        kv_cache_bytes=args.kv_cache_bytes,
+        kv_bytes_per_token=args.kv_bytes_per_token,
     )
     slo = planning.Slo(ttft_p99_seconds=args.slo_ttft, inter_token_p99_seconds=args.slo_itl)
     args.out.write_text(orjson.dumps(profile.to_wire(), option=orjson.OPT_INDENT_2).decode())

@@ -334,6 +334,7 @@ class Pool:
             oldest_queue_age=self.oldest_age(now, self.queue_age_classes),
             queue_wait_p95=waits[int(0.95 * (len(waits) - 1))] if waits else None,
             queue_length=sum(self.ledger.queued.values()),
+            scaling_queue_length=sum(self.ledger.queued.get(c, 0) for c in self.queue_age_classes),
             engine_waiting=sum(len(r.waiting) for r in ready),
             kv_cache_usage=sum(r.kv_usage() for r in ready) / len(ready) if ready else None,
             busy=sum(min(1.0, r.busy_window / interval) for r in ready),

@@ -5,10 +5,15 @@ placement (``policy.placement.place``), fed the signals Prometheus would carry. 
 the usual alternatives, modelled on their documented behaviour:
 
 - ``hpa-cpu``: a Kubernetes HPA on a CPU-like utilisation (the share of time the engine is
-  busy), target 70%, 15 s sync, scale-up limited to max(4 pods, 100%) per sync, 300 s
-  scale-down stabilisation; unready pods count as idle. Even spread, no zone-loss headroom.
-- ``keda-queue``: KEDA on the waiting-queue length alone (gateway queue plus engine waiting),
-  ``targetWaitingPerReplica`` per replica, through the same HPA behaviour.
+  busy), target 70%, HPA's replica rule (tolerance 0.1, unready pods left out scaling down and
+  idle scaling up), 15 s sync, scale-up limited to max(4 pods, 100%) per sync, 300 s
+  scale-down stabilisation. Even spread, no zone-loss headroom.
+- ``keda-queue``: KEDA's queue-length scaler through the same HPA: the gateway queue of the
+  classes that drive scaling (batch left out, as TokenFleet leaves it out) plus the engines'
+  waiting requests, ``targetWaitingPerReplica`` per replica.
+
+Every policy starts from the same steady state: the opening load's demand, recommended for the
+whole stabilisation window already.
 - ``static-peak``: the peak's replicas (with the pool's zone-loss headroom) all the time.
 - ``oracle``: knows the future offered load (not failures): the replicas the load needs one
   cold start ahead, at 90% of the replica's SLO-limited throughput, with the pool's headroom.
@@ -44,7 +49,7 @@ class PoolView:
     alive: int  # every replica holding GPUs (starting, ready, draining)
     oldest_queue_age: float  # over the classes whose queueing drives scaling
     queue_wait_p95: float | None  # of those classes' requests started in the interval
-    queue_length: int
+    queue_length: int  # every class
     engine_waiting: int
     kv_cache_usage: float | None  # mean over ready replicas; None without one
     busy: float  # sum over ready replicas of the share of the interval their engine was busy
@@ -52,6 +57,9 @@ class PoolView:
     generation_tokens_rate: float
     arrival_rate: float  # requests/s offered to the pool
     completion_rate: float  # requests/s its replicas finished
+    #: queued in the classes whose queueing drives scaling (``queueAgeClasses``); None: the
+    #: pool reports only the total
+    scaling_queue_length: int | None = None
 
 
 class Scaler(Protocol):
@@ -109,41 +117,107 @@ class TokenFleet:
         return place(view.spec, decision.replicas, view.zones, headroom=True)
 
 
-class Hpa:
-    """HPA's algorithm and default behaviour around a metric → desired replicas function."""
+#: HPA's defaults (kube-controller-manager flags and ``behavior`` defaults, autoscaling/v2):
+HPA_SYNC_SECONDS = 15.0  # --horizontal-pod-autoscaler-sync-period
+HPA_TOLERANCE = 0.1  # --horizontal-pod-autoscaler-tolerance: |ratio - 1| within it changes nothing
+HPA_DOWN_WINDOW_SECONDS = 300.0  # behavior.scaleDown.stabilizationWindowSeconds
+HPA_UP_PODS, HPA_UP_PERCENT = 4, 100  # behavior.scaleUp policies per 15 s period, selectPolicy Max
+HPA_CPU_TARGET = 0.7  # the utilisation target the hpa-cpu baseline is given
 
-    def __init__(
-        self, spec: InferencePoolSpec, initial: int, desired: Callable[[PoolView], float]
-    ) -> None:
-        self.spec = spec
-        self.desired = desired
+#: What an HPA metric recommends: the view and the replicas the HPA holds now → replicas.
+Recommend = Callable[[PoolView, int], int]
+
+
+def within_tolerance(ratio: float) -> bool:
+    """HPA changes nothing while the usage ratio is within the tolerance of 1."""
+    return abs(1.0 - ratio) <= HPA_TOLERANCE
+
+
+def cpu_replicas(view: PoolView, current: int, *, target: float = HPA_CPU_TARGET) -> int:
+    """HPA's resource-utilisation rule (``GetResourceReplicas``) on the engine's busy share.
+
+    The ratio is taken over ready pods (unready ones have no usable sample). Scaling down, they
+    are left out: ``ceil(ratio x ready)``. Scaling up with unready pods, they count as idle and
+    the ratio is recomputed over all pods; if that flips the direction or lands within the
+    tolerance, nothing changes (so starting pods are never scaled away by their own absence).
+    No ready pod: no metrics, no change.
+    """
+    if view.ready == 0:
+        return current
+    ratio = view.busy / (target * view.ready)
+    unready = max(0, view.alive - view.ready)
+    if not (unready and ratio > 1.0):
+        return current if within_tolerance(ratio) else math.ceil(ratio * view.ready)
+    everyone = view.ready + unready
+    again = view.busy / (target * everyone)
+    if within_tolerance(again) or again < 1.0:
+        return current
+    return math.ceil(again * everyone)
+
+
+def queue_replicas(view: PoolView, current: int) -> int:
+    """KEDA's queue-length scaler: an external metric with an ``AverageValue`` target through
+    HPA (``GetExternalPerPodMetricReplicas``): ratio = queue / (target x pods), and outside the
+    tolerance ``ceil(queue / target)``.
+
+    The queue is what a competent operator points KEDA at: the gateway's queue depth of the
+    classes whose queueing drives scaling (``autoscaling.queueAgeClasses``: batch waits by
+    design and must not buy GPUs, as in TokenFleet's own policy) plus the engines' waiting
+    requests, ``targetWaitingPerReplica`` each.
+    """
+    per_pod = view.spec.autoscaling.target_waiting_per_replica
+    gateway = view.queue_length if view.scaling_queue_length is None else view.scaling_queue_length
+    queue = gateway + view.engine_waiting
+    pods = max(view.alive, 1)
+    if within_tolerance(queue / (per_pod * pods)):
+        return current
+    return math.ceil(queue / per_pod)
+
+
+class Hpa:
+    """HPA's control loop around one metric rule, with its default behaviour.
+
+    Every 15 s: the rule recommends; the recommendation is recorded; scaling down, the highest
+    recommendation of the last 300 s wins (never above the current count); scaling up, at most
+    max(+4 pods, +100 %) per sync; then ``replicas.min/max``. The history starts as a steady
+    state: ``initial`` has been recommended for the whole window, exactly as TokenFleet's own
+    policy is seeded, so no policy gets a free first scale-down.
+    """
+
+    def __init__(self, spec: InferencePoolSpec, initial: int, recommend: Recommend) -> None:
+        self.spec, self.recommend = spec, recommend
         self.replicas = initial
-        self.history: list[tuple[float, int]] = []
+        # steady state: the same demand recommended at the last sync before the start
+        self.history: list[tuple[float, int]] = [(0.0, initial)]
         self.last_sync = -math.inf
 
     def targets(self, view: PoolView) -> dict[str, int]:
-        if view.t - self.last_sync >= 15.0:
+        if view.t - self.last_sync >= HPA_SYNC_SECONDS:
             self.last_sync = view.t
-            current = max(view.alive, 1)
-            want = self.desired(view)
-            if abs(want / current - 1) <= 0.1:  # HPA's default tolerance
-                want = current
-            rec = max(self.spec.replicas.min, min(self.spec.replicas.max, math.ceil(want)))
-            self.history = [(t, n) for t, n in self.history if view.t - t < 300] + [(view.t, rec)]
-            if rec < self.replicas:
-                rec = min(self.replicas, max(n for _, n in self.history))
-            rec = min(rec, max(self.replicas + 4, 2 * self.replicas))
-            self.replicas = rec
+            self.replicas = self.step(view)
         return place(self.spec, self.replicas, view.zones, headroom=False)
+
+    def step(self, view: PoolView) -> int:
+        """One sync: recommend, stabilise, rate-limit, bound."""
+        current = self.replicas
+        desired = self.recommend(view, current)
+        self.history = [(t, n) for t, n in self.history if view.t - t < HPA_DOWN_WINDOW_SECONDS]
+        self.history.append((view.t, desired))
+        if desired < current:
+            desired = min(current, max(n for _, n in self.history))
+        limit = max(current + HPA_UP_PODS, current * (100 + HPA_UP_PERCENT) // 100)
+        desired = min(desired, limit)
+        return max(self.spec.replicas.min, min(self.spec.replicas.max, desired))
 
 
 def hpa_cpu(spec: InferencePoolSpec, initial: int) -> Hpa:
-    return Hpa(spec, initial, lambda v: v.busy / 0.7)
+    """HPA on a CPU-like utilisation: the engine's busy share, target 70%."""
+    return Hpa(spec, initial, cpu_replicas)
 
 
 def keda_queue(spec: InferencePoolSpec, initial: int) -> Hpa:
-    per_replica = spec.autoscaling.target_waiting_per_replica
-    return Hpa(spec, initial, lambda v: (v.queue_length + v.engine_waiting) / per_replica)
+    """KEDA on queue length, through HPA."""
+    return Hpa(spec, initial, queue_replicas)
 
 
 class Fixed:
