@@ -104,7 +104,7 @@ $(PEERS)/.installed:
 	@echo "installing benchmark peers (LiteLLM proxy, vllm-router) in $(PEERS)/ ..."
 	@test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
 	@$(PEERS)/bin/pip install -q --upgrade pip
-	@$(PEERS)/bin/pip install -q 'litellm[proxy]' vllm-router py-spy
+	@$(PEERS)/bin/pip install -q 'litellm[proxy]==1.110.2' 'vllm-router==0.1.17' 'py-spy==0.4.3'
 	@touch $@
 
 bench: $(VENV)/.installed binaries native $(PEERS)/.installed

@@ -1,7 +1,8 @@
 """Gateway overhead side by side, on loopback, against one fast vLLM-compatible backend.
 
-Compares: direct to the backend, TokenFleet's gateway (static mode, auth + Redis quotas +
-admission on), LiteLLM proxy and vllm-router (both from PyPI, in bench/.venv-peers). Reports:
+Compares: direct to the backend, TokenFleet's gateway (static mode, default configuration:
+auth + Redis quotas + admission + prefix routing, access log on, written to a file as every
+proxy's log is), LiteLLM proxy and vllm-router (both from PyPI, in bench/.venv-peers). Reports:
 
   non-streamed: CPU ms per request of the proxy process tree, added p50/p99 at 1 and 32 connections
   streamed:     CPU us per relayed token, added TTFT p99, inter-token p99 (64 streams, 5 ms/token)
@@ -264,8 +265,7 @@ def start_tokenfleet(tmp: Path, backend: int, redis_url: str) -> Proxy:
             str(port),
             "--redis",
             redis_url,
-            "--no-access-log",
-        ],
+        ],  # the default configuration: the access log on (to the log file, like the peers')
         tmp / f"tokenfleet-{port}.log",
         {"TOKENFLEET_SALT_SECRET": "bench"},
     )

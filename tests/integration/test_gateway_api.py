@@ -20,7 +20,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support.gateway import Gateway, Sim, key_hash, running, start_gateway, start_sim
+from support.gateway import (
+    Gateway,
+    Sim,
+    access_record,
+    key_hash,
+    running,
+    start_gateway,
+    start_sim,
+)
 from tokenfleet.gateway.policy.salt import cache_salt
 
 KEY_A, KEY_B = "tfk-team-a-key-000000000000000000000", "tfk-team-b-key-111111111111111111111"
@@ -160,6 +168,107 @@ def test_cache_salt_is_overwritten_server_side(gateway: Gateway, sim: Sim) -> No
     assert "victim-salt" not in seen
 
 
+def test_a_request_without_max_tokens_runs_with_what_was_reserved(
+    gateway: Gateway, sim: Sim
+) -> None:
+    """The engine is sent the reserved max_tokens, so a tenant's cap below the 256-token
+    default holds even when the engine would generate more (ignore_eos: it runs to the limit)."""
+    capped = client(gateway, KEY_B).chat.completions.create(
+        model="chat-model", messages=MESSAGES, extra_body={"ignore_eos": True}
+    )
+    assert capped.usage is not None and capped.usage.completion_tokens == 100
+    free = client(gateway).completions.create(
+        model="chat-model", prompt="Once", extra_body={"ignore_eos": True}
+    )
+    assert free.usage is not None and free.usage.completion_tokens == 256
+    sent = sim.log.read_text().replace('\\"', '"')  # the simulator logs bodies JSON-escaped
+    assert '"max_tokens":100}' in sent and '"max_tokens":256}' in sent
+
+
+@pytest.mark.parametrize("asked", [True, False])
+def test_streamed_usage_is_the_engines_and_only_the_asker_sees_it(
+    gateway: Gateway, asked: bool
+) -> None:
+    options: Any = {"include_usage": True} if asked else None
+    rid = f"usage-{asked}"
+    with client(gateway).chat.completions.with_streaming_response.create(
+        model="chat-model",
+        messages=MESSAGES,
+        max_tokens=12,
+        stream=True,
+        stream_options=options,
+        extra_body={"ignore_eos": True},
+        extra_headers={"X-Request-Id": rid},
+    ) as raw:
+        chunks = list(raw.parse())
+    usages = [c.usage for c in chunks if c.usage is not None]
+    record = access_record(gateway, rid)
+    assert record["completion_tokens"] == 12 and record["outcome"] == "served"
+    if asked:
+        assert len(usages) == 1 and usages[0].completion_tokens == 12
+        assert usages[0].prompt_tokens == record["prompt_tokens"]  # the engine's, not the estimate
+    else:
+        assert usages == [] and not any(not c.choices for c in chunks)
+
+
+def test_the_vllm_surface_health_model_embeddings_responses(gateway: Gateway, sim: Sim) -> None:
+    assert gateway.get("/health")[0] == 200
+    c = client(gateway)
+    assert c.models.retrieve("chat").id == "chat"
+    with pytest.raises(openai.NotFoundError):
+        client(gateway, KEY_B).models.retrieve("tiny-context")  # not the tenant's to use
+    vectors = c.embeddings.create(model="chat", input=["one", "two"])
+    assert len(vectors.data) == 2 and vectors.data[0].embedding
+    answer = c.responses.with_raw_response.create(
+        model="chat", input="Say hi", max_output_tokens=5, extra_headers={"X-Request-Id": "resp-1"}
+    )
+    assert answer.headers["X-TokenFleet-Model"] == "chat-model"
+    assert answer.parse().output_text
+    record = access_record(gateway, "resp-1")
+    assert record["route"] == "/v1/responses" and 1 <= record["completion_tokens"] <= 5
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(
+            base_url=gateway.url + "/v1", api_key="tfk-nope", max_retries=0
+        ).embeddings.create(model="chat", input="x")
+    deadline = time.monotonic() + 5
+    while "resp-1" not in sim.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "X-Request-Id: resp-1" in sim.log.read_text()  # the engine logs the gateway's id
+
+
+def test_an_invalid_request_the_engine_rejects_is_answered_at_once(tmp: Path) -> None:
+    """Two engines that reject every request as invalid: one is asked, once, and the client
+    gets the engine's 400 as OpenAI's invalid_request_error, not a 502 after retries."""
+    sims = [
+        start_sim(
+            tmp,
+            "m",
+            "--failure-injection-rate",
+            "100",
+            "--failure-types",
+            "invalid_request",
+            "--log-http",
+        )
+        for _ in range(2)
+    ]
+    config = {
+        "models": [{"name": "m", "endpoints": [s.url for s in sims]}],
+        "pools": [{"name": "default"}],
+        "tenants": [{"name": "team-a", "apiKeyHashes": [key_hash(KEY_A)], "allowedModels": ["*"]}],
+    }
+    with running(start_gateway(tmp, config)) as g:
+        with pytest.raises(openai.BadRequestError) as caught:
+            client(g).chat.completions.create(model="m", messages=MESSAGES, max_tokens=3)
+        metrics = g.get("/metrics")[1]
+    for s in sims:
+        s.kill()
+    error: Any = caught.value.body
+    assert error["code"] == "invalid_request" and "Invalid request" in error["message"]
+    assert "tokenfleet_gateway_retries_total{" not in metrics
+    asked = sum(s.log.read_text().count('requestURI="/v1/chat/completions"') for s in sims)
+    assert asked == 1
+
+
 def post(
     gateway: Gateway,
     body: bytes | str,
@@ -242,7 +351,7 @@ def test_bad_input_gets_the_right_4xx_in_openai_shape(
 def test_bad_deadline_header_and_unknown_routes(gateway: Gateway) -> None:
     status, payload, _ = post(gateway, chat(), headers={"X-TokenFleet-Deadline-Ms": "never"})
     assert status == 400 and payload["error"]["param"] == "X-TokenFleet-Deadline-Ms"
-    status, payload, _ = post(gateway, "{}", path="/v1/embeddings")
+    status, payload, _ = post(gateway, "{}", path="/v1/no-such-route")
     assert status == 404 and payload["error"]["code"] == "not_found"
     status, payload, _ = post(gateway, "", path="/v1/chat/completions", method="GET")
     assert status == 405 and payload["error"]["code"] == "method_not_allowed"

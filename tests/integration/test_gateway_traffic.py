@@ -22,13 +22,16 @@ from support.gateway import (
     Gateway,
     Redis,
     Sim,
+    access_record,
     connections_to,
     free_port,
     key_hash,
+    redis_get,
     running,
     start_gateway,
     start_sim,
 )
+from tokenfleet.gateway.policy import quotas
 
 KEYS = {
     name: f"tfk-{name}-" + "0" * 30
@@ -241,6 +244,46 @@ def test_disconnect_mid_stream_cancels_upstream_and_releases_the_reservation(
         status, payload, *_ = call(g, KEYS["solo"], max_tokens=3)
         assert status == 200, payload  # the concurrency slot came back
     slow.kill()
+
+
+def test_a_client_that_leaves_after_k_tokens_is_charged_k(tmp: Path, redis: Redis) -> None:
+    """The tokens-per-day counter in Redis holds exactly what was charged: the prompt estimate
+    plus the tokens relayed before the client left, not the 400 reserved, not zero."""
+    slow = start_sim(tmp, "m", "--max-num-seqs", "4", "--inter-token-latency", "40ms")
+    cfg = config(slow, [tenant("solo", quotas={"tokensPerDay": 10_000_000})], concurrency=4)
+    day, _ = quotas.day_of(time.time())
+    key = quotas.keys("solo", day)[2]
+    with running(start_gateway(tmp, cfg, "--redis", redis.url)) as g:
+        before = int(redis_get(redis, key) or 0)
+        conn = http.client.HTTPConnection("127.0.0.1", g.port, timeout=10)
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 400,
+            "stream": True,
+            "ignore_eos": True,
+        }
+        headers = {"Authorization": f"Bearer {KEYS['solo']}", "X-Request-Id": "leaves-after-k"}
+        conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers=headers)
+        response = conn.getresponse()
+        k, seen = 10, 0
+        while seen < k:
+            line = response.fp.readline()
+            seen += line.startswith(b"data: ") and b'"content":"' in line
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        record = access_record(g, "leaves-after-k")
+        charged = int(redis_get(redis, key) or 0) - before
+    slow.kill()
+    assert record["outcome"] == "cancelled" and record["reserved_tokens"] == 4 + 400
+    # what the gateway had relayed when it saw the client go: k, or a token or two more that
+    # were on their way (at 40 ms a token, the gateway notices within one)
+    assert k <= record["completion_tokens"] <= k + 2, record
+    assert (
+        charged
+        == record["prompt_tokens"] + record["completion_tokens"]
+        == 4 + record["completion_tokens"]
+    )
 
 
 def test_a_stream_that_breaks_midway_ends_with_an_error_event(tmp: Path) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ import yaml
 
 from support.cluster import BIN_DIR, wait_for
 from tokenfleet.devstack import processes
+from tokenfleet.gateway.redis_client import encode, parse
 
 
 def free_port() -> int:
@@ -186,3 +189,28 @@ def running(gateway: Gateway) -> Iterator[Gateway]:
         yield gateway
     finally:
         stop(gateway.process)
+
+
+def redis_get(redis: Redis, key: str) -> bytes | None:
+    """One GET against the test's real Redis, in RESP (no client library needed)."""
+    with socket.create_connection(("127.0.0.1", redis.port), timeout=5) as s:
+        s.sendall(encode("GET", key))
+        reply = s.recv(65536)
+        while not reply.endswith(b"\r\n") or (
+            reply.startswith(b"$") and b"$-1" not in reply[:3] and reply.count(b"\r\n") < 2
+        ):
+            reply += s.recv(65536)
+    value, _ = parse(reply, 0)
+    return value if isinstance(value, bytes) else None
+
+
+def access_record(gateway: Gateway, request_id: str, timeout: float = 5.0) -> dict[str, Any]:
+    """The gateway's access-log line for ``request_id`` (it is written in batches)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for line in gateway.log.read_text().splitlines():
+            if f'"request_id":"{request_id}"' in line:
+                record: dict[str, Any] = json.loads(line)
+                return record
+        assert time.monotonic() < deadline, f"no access-log line for {request_id}"
+        time.sleep(0.05)

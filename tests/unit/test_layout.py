@@ -59,8 +59,18 @@ def test_one_namespace_package_spans_every_root() -> None:
 
     paths = {Path(p).resolve() for p in tokenfleet.__path__}
     assert paths == {REPO / root / "tokenfleet" for root in ROOTS}
-    for package in ("api", "signals", "operator", "gateway", "signing", "worker", "sim",
-                    "capacity", "devstack", "cli"):
+    for package in (
+        "api",
+        "signals",
+        "operator",
+        "gateway",
+        "signing",
+        "worker",
+        "sim",
+        "capacity",
+        "devstack",
+        "cli",
+    ):
         assert importlib.import_module(f"tokenfleet.{package}").__file__
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-REQUESTS = "tokenfleet_gateway_requests_total"  # model, class, outcome, reason, namespace, revision
+REQUESTS = (
+    "tokenfleet_gateway_requests_total"  # tenant, model, class, outcome, reason, ns, revision
+)
 TTFT = "tokenfleet_gateway_time_to_first_token_seconds"  # model, class
 INTER_TOKEN = "tokenfleet_gateway_inter_token_latency_seconds"  # noqa: S105 - a name, not a secret
 E2E = "tokenfleet_gateway_request_duration_seconds"  # model, class
@@ -11,8 +13,8 @@ QUEUE_OLDEST_AGE = "tokenfleet_gateway_queue_oldest_age_seconds"  # pool, class
 QUEUE_WAIT = "tokenfleet_gateway_queue_wait_seconds"  # pool, class (histogram)
 POOL_ARRIVALS = "tokenfleet_gateway_pool_arrivals_total"  # pool, class: offered load
 IN_FLIGHT = "tokenfleet_gateway_in_flight_requests"  # pool, class
-PROMPT_TOKENS = "tokenfleet_gateway_prompt_tokens_total"  # tenant, model
-COMPLETION_TOKENS = "tokenfleet_gateway_completion_tokens_total"  # tenant, model
+PROMPT_TOKENS = "tokenfleet_gateway_prompt_tokens_total"  # tenant, model, outcome
+COMPLETION_TOKENS = "tokenfleet_gateway_completion_tokens_total"  # tenant, model, outcome
 QUOTA_BACKEND_UP = "tokenfleet_gateway_quota_backend_up"
 ENDPOINTS = "tokenfleet_gateway_ready_endpoints"  # model
 ROUTING_DECISIONS = "tokenfleet_gateway_routing_decisions_total"  # model, reason

@@ -18,6 +18,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
 from tokenfleet.gateway import router
+from tokenfleet.gateway.accesslog import ACCESS
 from tokenfleet.gateway.completion import Completion
 from tokenfleet.gateway.config import Settings
 from tokenfleet.gateway.intake import authenticate, reject
@@ -39,6 +40,14 @@ async def completions(request: web.Request) -> web.StreamResponse:
     return await Completion(request, "completion").run()
 
 
+async def embeddings(request: web.Request) -> web.StreamResponse:
+    return await Completion(request, "embedding").run()
+
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    return await Completion(request, "response").run()
+
+
 async def list_models(request: web.Request) -> web.Response:
     state = request.app[STATE]
     tenant = authenticate(state.catalog, request.headers.get("Authorization"))
@@ -46,8 +55,36 @@ async def list_models(request: web.Request) -> web.Response:
         return reject(tenant)
     visible = state.catalog.visible(tenant.namespace)
     names = sorted(n for n, m in visible.items() if tenant.may_use(n, m))
-    data = [{"id": n, "object": "model", "created": 0, "owned_by": "tokenfleet"} for n in names]
+    data = [_model_entry(n) for n in names]
     return web.json_response({"object": "list", "data": data})
+
+
+def _model_entry(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "tokenfleet"}
+
+
+async def get_model(request: web.Request) -> web.Response:
+    """``GET /v1/models/{id}``: the model, if the caller may use it (OpenAI's retrieve)."""
+    state = request.app[STATE]
+    tenant = authenticate(state.catalog, request.headers.get("Authorization"))
+    if isinstance(tenant, Rejected):
+        return reject(tenant)
+    name = request.match_info["model"]
+    model = state.catalog.visible(tenant.namespace).get(name)
+    if model is None or not tenant.may_use(name, model):
+        return reject(
+            Rejected(
+                reason=Reason.MODEL_NOT_FOUND, param="model", message=f"model '{name}' not found"
+            )
+        )
+    return web.json_response(_model_entry(name))
+
+
+async def health(request: web.Request) -> web.Response:
+    """vLLM's ``GET /health``: 200 with no body while the gateway can serve, else 503 (load
+    balancers and clients such as guidellm probe it)."""
+    ready = await readyz(request)
+    return web.Response(status=ready.status)
 
 
 async def healthz(_: web.Request) -> web.Response:
@@ -138,11 +175,16 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
     )
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_post("/v1/responses", responses)
     app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/v1/models/{model}", get_model)
+    app.router.add_get("/health", health)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.cleanup_ctx.append(_client_session)
+    app.cleanup_ctx.append(_access_log)
     app.cleanup_ctx.append(_queue_gauges)
     app.cleanup_ctx.append(
         router.scraping(lambda a: a[STATE].router, lambda a: a[STATE].catalog.endpoints.endpoints)
@@ -171,6 +213,11 @@ async def _queue_gauges(app: web.Application) -> Any:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def _access_log(_: web.Application) -> Any:
+    async with ACCESS.running():
+        yield
 
 
 async def _client_session(app: web.Application) -> Any:

@@ -32,6 +32,7 @@ from tokenfleet.gateway.state import GatewayState
 
 #: Pins a request to one revision (testing a canary); the response names the revision served.
 REVISION_HEADER = "X-TokenFleet-Revision"
+_ID = "X-Request-Id"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,11 +101,12 @@ async def serve(
     request: web.Request,
     headers: Mapping[str, str],
     tried: Callable[[Trail], None],
+    meter: proxy.Meter,
 ) -> proxy.Outcome | Rejected:
     """Forward ``work`` until an endpoint answers; Rejected if none did before any byte.
 
     ``headers`` go on the response (with the serving revision's); ``tried`` hears each
-    attempt's :class:`Trail` before it is sent."""
+    attempt's :class:`Trail` before it is sent; ``meter`` counts what the request consumed."""
     plan = _plan(work, state=state, pinned=request.headers.get(REVISION_HEADER))
     if isinstance(plan, Rejected):
         return plan
@@ -128,7 +130,13 @@ async def serve(
             sent[REVISION_HEADER] = endpoint.revision
         try:
             return await _attempt(
-                state, endpoint, payload=payload, work=work, request=request, headers=sent
+                state,
+                endpoint,
+                payload=payload,
+                work=work,
+                request=request,
+                headers=sent,
+                meter=meter,
             )
         except proxy.UpstreamFailed as failed:
             failure = failed.rejected
@@ -179,22 +187,25 @@ async def _attempt(
     work: Work,
     request: web.Request,
     headers: dict[str, str],
+    meter: proxy.Meter,
 ) -> proxy.Outcome:
     """One forward; the endpoint's in-flight count and health are settled whatever happens."""
-    path = "/v1/chat/completions" if work.parsed.kind == "chat" else "/v1/completions"
+    parsed = work.parsed
     ok: bool | None = None  # cancelled (client left): says nothing about the endpoint
     assert state.session is not None
+    call = proxy.Call(
+        url=endpoint.url + bodies.PATHS[parsed.kind],
+        body=payload,
+        stream=parsed.stream,
+        strip_usage=parsed.stream and not parsed.include_usage,
+        deadline=work.due,
+        headers=headers,
+        # the engine logs the gateway's request id: one id follows a request end to end
+        upstream_headers={"Content-Type": "application/json", "X-Request-Id": headers[_ID]},
+        served_by=work.model.name,
+    )
     try:
-        outcome = await proxy.forward(
-            session=state.session,
-            url=endpoint.url + path,
-            body=payload,
-            request=request,
-            stream=work.parsed.stream,
-            deadline=work.due,
-            headers=headers,
-            served_by=work.model.name,
-        )
+        outcome = await proxy.forward(call, session=state.session, request=request, meter=meter)
         ok = outcome.error is not Reason.UPSTREAM_ERROR and outcome.status < 500
         return outcome
     except proxy.UpstreamFailed as failed:

@@ -48,6 +48,7 @@ class Model:
     names: frozenset[str] = frozenset()  # every served name: the canonical one and aliases
     fallback: str | None = None
     max_concurrency: int = DEFAULT_CONCURRENCY
+    context_tokens: int | None = None  # the engine's context window (max_model_len), if set
     revision_weights: Mapping[str, int] = dataclasses.field(default_factory=dict)
     """Traffic percent per revision, as the operator publishes it (empty: any revision)."""
 
@@ -105,7 +106,6 @@ class Catalog:
         return out
 
 
-
 def pool_of(key: str, spec: InferencePoolSpec) -> Pool:
     return Pool(
         key=key,
@@ -127,6 +127,7 @@ def models_of(
         names=names,
         fallback=spec.fallback.model if spec.fallback else None,
         max_concurrency=spec.engine.max_num_seqs or DEFAULT_CONCURRENCY,
+        context_tokens=spec.engine.max_model_len,
         revision_weights={r.name: r.weight for r in status.revisions} if status else {},
     )
     return dict.fromkeys(names, model)

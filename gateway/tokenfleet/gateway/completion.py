@@ -9,7 +9,9 @@
 4. **admit** — the tenant's token quota, then the pool's queue for the class (held through a
    cold start), on the model or its fallback (:mod:`~tokenfleet.gateway.policy.fallback`);
 5. **route** and 6. **proxy** — revision, endpoint and retries (:mod:`.attempts`), relayed;
-7. **observe** — metrics, the access log, and the quota settled with what was used.
+7. **observe** — metrics, and 8. **settle** — the one place a request's final usage
+   (:class:`~tokenfleet.gateway.policy.usage.Record`) is charged: the quota, the token
+   counters and the access log, whether it was served, failed or cancelled midway.
 
 Each step returns a value or a Rejected; a Rejected is rendered in one place, :meth:`refuse`.
 The business rules are pure functions in ``policy/``; this module only sequences them.
@@ -21,99 +23,24 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-import json
-import logging
 import os
 import time
 from typing import Any
 
 from aiohttp import web
 
-from tokenfleet.gateway import attempts, proxy
-from tokenfleet.gateway.catalog import Catalog, Model, Pool, Tenant
+from tokenfleet.gateway import attempts, proxy, settlement
+from tokenfleet.gateway.accesslog import ACCESS
+from tokenfleet.gateway.catalog import Tenant
 from tokenfleet.gateway.intake import authenticate, parse_body, reject
-from tokenfleet.gateway.policy import admission, bodies, deadlines, fallback, routing, usage
+from tokenfleet.gateway.placement import Target, place, spare_for
+from tokenfleet.gateway.policy import admission, bodies, deadlines, fallback, usage
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.policy.salt import cache_salt
+from tokenfleet.gateway.quota_store import Reservation
 from tokenfleet.gateway.state import STATE, GatewayState
 
-access_log = logging.getLogger("tokenfleet.gateway.access")
 FALLBACK_HEADER = "X-TokenFleet-Fallback-From"
-
-
-def resolve(catalog: Catalog, tenant: Tenant, name: str) -> Model | Rejected:
-    """The model ``name`` means to the tenant, if the tenant may use it."""
-    model = catalog.model(name, tenant.namespace)
-    if model is not None and tenant.may_use(name, model):
-        return model
-    known = model is not None or name in catalog.endpoints.models()
-    reason = Reason.MODEL_NOT_ALLOWED if known else Reason.MODEL_NOT_FOUND
-    verb = "is not available to you" if known else "does not exist"
-    return Rejected(reason=reason, param="model", message=f"model '{name}' {verb}")
-
-
-def pick_pool(catalog: Catalog, model: Model, prompt_tokens: int, cls: str = "") -> Pool | None:
-    """The model's pool for a prompt of this size and a tenant of class ``cls``."""
-    options = [catalog.pools[p].option() for p in model.pools if p in catalog.pools]
-    key = routing.choose_pool(options, prompt_tokens=prompt_tokens, cls=cls)
-    return catalog.pools[key] if key is not None else None
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Target:
-    """Where a request may run: a model, its pool, and the tenant's class in that pool."""
-
-    model: Model
-    pool: Pool
-    cls: str
-
-
-def target(
-    catalog: Catalog, model: Model, *, tenant: Tenant, prompt_tokens: int, dedicated: str
-) -> Target | None:
-    """The model's pool for the prompt (pools ``dedicated`` to a class first), None if none."""
-    pool = pick_pool(catalog, model, prompt_tokens, dedicated)
-    if pool is None:
-        return None
-    return Target(
-        model=model, pool=pool, cls=admission.class_for(tenant.priority_class, pool.classes)
-    )
-
-
-def place(catalog: Catalog, tenant: Tenant, parsed: bodies.Parsed) -> Target | Rejected:
-    """Step 2 past the body: the model the tenant may use, its pool for this prompt (pools
-    dedicated to the tenant's class first), and the pool's and the tenant's limits."""
-    model = resolve(catalog, tenant, parsed.model)
-    if isinstance(model, Rejected):
-        return model
-    primary = target(
-        catalog,
-        model,
-        tenant=tenant,
-        prompt_tokens=parsed.prompt_tokens,
-        dedicated=tenant.priority_class,
-    )
-    if primary is None:
-        return Rejected(
-            reason=Reason.NO_ENDPOINTS,
-            retry_after=5.0,
-            message=f"model '{parsed.model}' has no pool configured",
-        )
-    limit = bodies.check_limits(
-        parsed, max_input_tokens=primary.pool.max_input_tokens, max_tokens_cap=tenant.max_tokens_cap
-    )
-    return limit if limit is not None else primary
-
-
-def spare_for(
-    catalog: Catalog, primary: Target, *, tenant: Tenant, prompt_tokens: int
-) -> Target | None:
-    """Where the model's fallback would run the request (any of its pools, by context bucket)."""
-    model = primary.model
-    spare = catalog.model(model.fallback, model.namespace) if model.fallback else None
-    if spare is None:
-        return None
-    return target(catalog, spare, tenant=tenant, prompt_tokens=prompt_tokens, dedicated="")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,7 +76,7 @@ class Completion:
     """One completion request on its way through the gateway: :meth:`answer` is the recipe.
 
     It owns what the request reports: the access-log record, the response headers, and the
-    tokens used (settled against the quota even when the client leaves)."""
+    tokens used (counted as they are relayed, settled even when the client leaves)."""
 
     def __init__(self, request: web.Request, kind: bodies.Kind) -> None:
         self.request = request
@@ -158,7 +85,9 @@ class Completion:
         self.started = time.monotonic()
         self.request_id = request.headers.get("X-Request-Id", "")[:64] or _new_request_id()
         self.log: dict[str, Any] = {"request_id": self.request_id, "route": request.path}
-        self.used_tokens = 0  # what the request has consumed so far
+        self.meter = proxy.Meter()  # what the request has consumed so far
+        self.ending: tuple[str, str] | None = None  # (outcome, reason) once it is known
+        self.served: Target | None = None  # where it ran
         self.headers = {"X-Request-Id": self.request_id}  # on the response, whoever answers
 
     async def run(self) -> web.StreamResponse:
@@ -171,7 +100,13 @@ class Completion:
             self.count("cancelled", "client_disconnected")
             self.write_log()
             raise
-        return self.refuse(answer) if isinstance(answer, Rejected) else answer
+        if isinstance(answer, Rejected):
+            return self.refuse(answer)
+        outcome, reason = self.ending or ("served", "")
+        self.log.update(outcome=outcome, reason=reason)
+        self.count(outcome, reason)
+        self.write_log()
+        return answer
 
     async def answer(self) -> web.StreamResponse | Rejected:
         """The request path: each step's refusal ends it."""
@@ -182,17 +117,22 @@ class Completion:
         reservation = await self.state.quotas.reserve(  # 4 admit: the tenant's token quota...
             tenant.key,
             tenant.limits,
-            usage.reservation(prompt_tokens=parsed.prompt_tokens, max_tokens=admitted.max_tokens),
+            usage.reservation(
+                prompt_tokens=parsed.prompt_tokens,
+                max_tokens=admitted.max_tokens,
+                choices=parsed.choices,
+            ),
         )
         if isinstance(reservation, Rejected):
             return reservation
         try:
-            answered = await self.served(admitted)  # ...the pool's queue, 5 route, 6 proxy
+            answered = await self.run_on(admitted)  # ...the pool's queue, 5 route, 6 proxy
             if isinstance(answered, Rejected):
+                self.ending = ("rejected", answered.reason.value)
                 return answered
             return self.observe(admitted, answered)  # 7 observe
         finally:
-            await self.state.quotas.settle(reservation, self.used_tokens)
+            await self.settle(self.record(admitted, reservation.tokens), reservation)  # 8
 
     async def admit(self) -> Admitted | Rejected:
         """Steps 1-3: who asks, for which model and pool, in which class, by when."""
@@ -222,10 +162,38 @@ class Completion:
             primary=primary,
             fallback=spare_for(catalog, primary, tenant=tenant, prompt_tokens=parsed.prompt_tokens),
             due=due,
-            max_tokens=usage.max_tokens(parsed.max_tokens, cap=tenant.max_tokens_cap),
+            max_tokens=usage.max_tokens(
+                parsed.max_tokens,
+                cap=tenant.max_tokens_cap,
+                context=primary.model.context_tokens,
+                prompt_tokens=parsed.prompt_tokens,
+            ),
         )
 
-    async def served(self, admitted: Admitted) -> Answered | Rejected:
+    def record(self, admitted: Admitted, reserved: int) -> usage.Record:
+        """The request's final usage; a request still running when this is read (the client
+        left) was cancelled."""
+        outcome, reason = self.ending or ("cancelled", "client_disconnected")
+        return settlement.record(
+            self.meter,
+            request_id=self.request_id,
+            tenant=admitted.tenant.key,
+            model=self.served.model.name if self.served else admitted.primary.model.name,
+            ending=(outcome, reason),
+            prompt_estimate=admitted.parsed.prompt_tokens,
+            reserved=reserved,
+        )
+
+    async def settle(self, record: usage.Record, reservation: Reservation) -> None:
+        """Step 8, in :func:`tokenfleet.gateway.settlement.settle`; the log records it."""
+        await settlement.settle(self.state, record, reservation)
+        self.log.update(
+            prompt_tokens=record.prompt,
+            completion_tokens=record.completion,
+            reserved_tokens=record.reserved,
+        )
+
+    async def run_on(self, admitted: Admitted) -> Answered | Rejected:
         """Steps 4-6 on the model, or on its fallback when the model has no ready replica or
         no room; Rejected if the request never started."""
         primary, spare = admitted.primary, admitted.fallback
@@ -270,6 +238,7 @@ class Completion:
             return refused
         state.metrics.queue_wait.labels(key, cls).observe(time.monotonic() - self.started)
         state.metrics.in_flight.labels(key, cls).inc()
+        self.served = to
         try:
             max_tokens = admission.max_tokens(
                 policy=to.pool.classes[cls],
@@ -315,6 +284,7 @@ class Completion:
             request=self.request,
             headers=self.headers,
             tried=self.tried,
+            meter=self.meter,
         )
 
     def tried(self, trail: attempts.Trail) -> None:
@@ -324,17 +294,11 @@ class Completion:
             self.headers[attempts.REVISION_HEADER] = trail.revision
 
     def observe(self, admitted: Admitted, answered: Answered) -> web.StreamResponse | Rejected:
-        """Step 7: tokens used, latency and token metrics, the count and the access log."""
+        """Step 7: how it ended, latency metrics and the log (tokens are settled after)."""
         outcome, model, cls = answered.outcome, answered.target.model.name, answered.target.cls
         if isinstance(outcome, Rejected):
+            self.ending = ("rejected", outcome.reason.value)
             return outcome  # nothing was served: nothing used
-        prompt, completion = usage.used(
-            prompt_reported=outcome.prompt_tokens,
-            completion_reported=outcome.completion_tokens,
-            prompt_estimate=admitted.parsed.prompt_tokens,
-            events=outcome.chunks,
-        )
-        self.used_tokens = prompt + completion
         m = self.state.metrics
         if outcome.first_byte_at is not None:
             m.ttft.labels(model, cls).observe(outcome.first_byte_at - self.started)
@@ -342,18 +306,8 @@ class Completion:
         for gap in outcome.gaps:
             m.inter_token.labels(model, cls).observe(gap)
         m.e2e.labels(model, cls).observe(time.monotonic() - self.started)
-        m.prompt_tokens.labels(admitted.tenant.key, model).inc(prompt)
-        m.completion_tokens.labels(admitted.tenant.key, model).inc(completion)
-        ended, reason = usage.ending(status=outcome.status, error=outcome.error)
-        self.count(ended, reason, model=model, cls=cls)
-        self.log.update(
-            status=outcome.status,
-            outcome=ended,
-            reason=reason,
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-        )
-        self.write_log()
+        self.ending = usage.ending(status=outcome.status, error=outcome.error)
+        self.log["status"] = outcome.status
         assert outcome.response is not None  # proxy answers the client before it returns
         return outcome.response
 
@@ -370,13 +324,16 @@ class Completion:
         self.write_log()
         return reject(rejected, self.headers)
 
-    def count(self, outcome: str, reason: str, *, model: str = "", cls: str = "") -> None:
-        """One request in ``tokenfleet_gateway_requests_total``, with the namespace (of the
-        pool) and the revision that served it, so a canary's error rate can be read apart."""
+    def count(self, outcome: str, reason: str) -> None:
+        """One request in ``tokenfleet_gateway_requests_total``, with the tenant, and the
+        namespace (of the pool) and the revision that served it, so a canary's error rate can
+        be read apart."""
         pool = str(self.log.get("pool", ""))
+        served = self.served
         self.state.metrics.requests.labels(
-            model=model or str(self.log.get("model", "")),
-            **{"class": cls or str(self.log.get("class", ""))},
+            tenant=str(self.log.get("tenant", "")),
+            model=served.model.name if served else str(self.log.get("model", "")),
+            **{"class": served.cls if served else str(self.log.get("class", ""))},
             outcome=outcome,
             reason=reason,
             namespace=pool.split("/", 1)[0] if "/" in pool else "",
@@ -386,4 +343,4 @@ class Completion:
     def write_log(self) -> None:
         if self.state.settings.access_log:
             self.log["total_ms"] = round((time.monotonic() - self.started) * 1000, 2)
-            access_log.info(json.dumps(self.log, separators=(",", ":")))
+            ACCESS.write(self.log)

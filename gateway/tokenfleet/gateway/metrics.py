@@ -46,9 +46,10 @@ class Metrics:
             registry=r,
             requests=Counter(
                 names.REQUESTS,
-                "Requests by outcome and reason; namespace and revision say which revision "
-                "served (empty when none did), so canary analysis can compare error rates.",
-                ["model", "class", "outcome", "reason", "namespace", "revision"],
+                "Requests by tenant, outcome and reason; namespace and revision say which "
+                "revision served (empty when none did), so canary analysis can compare error "
+                "rates.",
+                ["tenant", "model", "class", "outcome", "reason", "namespace", "revision"],
                 registry=r,
             ),
             ttft=Histogram(
@@ -104,14 +105,15 @@ class Metrics:
             ),
             prompt_tokens=Counter(
                 names.PROMPT_TOKENS,
-                "Prompt tokens, for chargeback.",
-                ["tenant", "model"],
+                "Prompt tokens charged, for chargeback, by how the request ended (served, "
+                "failed, cancelled).",
+                ["tenant", "model", "outcome"],
                 registry=r,
             ),
             completion_tokens=Counter(
                 names.COMPLETION_TOKENS,
-                "Completion tokens, for chargeback.",
-                ["tenant", "model"],
+                "Completion tokens charged (delivered), for chargeback, by how the request ended.",
+                ["tenant", "model", "outcome"],
                 registry=r,
             ),
             quota_backend_up=Gauge(

@@ -10,7 +10,6 @@ never a silent truncation.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import time
@@ -21,37 +20,65 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from tokenfleet.gateway.policy import engine_errors, usage
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
 _DATA = b"data: "
 _DONE = b"data: [DONE]"
 _USAGE = b'"usage":{'
+_NO_CHOICES = b'"choices":[]'
+_EVENT_END = b"\n\n"
+#: The Responses API ends its stream with this event instead of [DONE].
+_COMPLETED = b'"type":"response.completed"'
 #: A stream whose first event is an error: the engine refused the request after answering 200
 #: (vLLM-compatible servers do this, e.g. when the KV cache cannot hold the prompt). Nothing has
-#: reached the client yet, so it is retried elsewhere like a 429.
+#: reached the client yet, so it is judged like an error status (policy.engine_errors).
 _ERROR_EVENT = b'data: {"error"'
 
 
 @dataclasses.dataclass(slots=True)
+class Meter:
+    """What one request has consumed so far, kept current while it is relayed, so a request
+    whose client leaves (or whose deadline or engine fails) is settled with what it got."""
+
+    sent: bool = False  # a request reached an engine (its prompt was taken up)
+    relayed: int = 0  # generated tokens relayed to the client (usage.tokens_in)
+    prompt_reported: int | None = None  # the engine's usage report, once it arrived
+    completion_reported: int | None = None
+
+
+@dataclasses.dataclass(slots=True)
 class Outcome:
-    """What happened upstream, for accounting, metrics and the access log."""
+    """What happened upstream, for metrics and the access log."""
 
     status: int = 0
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
     first_byte_at: float | None = None
-    chunks: int = 0
     error: Reason | None = None
     response: web.StreamResponse | None = None
     gaps: list[float] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Call:
+    """One forward: where, what, and how the answer goes back."""
+
+    url: str
+    body: bytes
+    stream: bool
+    strip_usage: bool  # the gateway asked for the stream's usage event; the client did not
+    deadline: float
+    headers: dict[str, str]  # on the response
+    upstream_headers: dict[str, str]
+    served_by: str
 
 
 class UpstreamFailed(Exception):
     """Nothing reached the client yet: the caller may retry elsewhere or refuse.
 
     ``retryable``: another endpoint may succeed (connect error, 5xx, 429, empty stream), unlike
-    a passed deadline. ``endpoint_fault``: the failure counts against the endpoint's health
-    (429 is the engine pushing back, not failing). ``cause`` names it for metrics.
+    a passed deadline or a request the engine rejected for what it is. ``endpoint_fault``: the
+    failure counts against the endpoint's health (429 is the engine pushing back, not failing).
+    ``cause`` names it for metrics.
     """
 
     def __init__(
@@ -62,6 +89,16 @@ class UpstreamFailed(Exception):
         self.retryable = retryable
         self.endpoint_fault = endpoint_fault
         self.cause = cause
+
+    @classmethod
+    def judged(cls, status: int, body: bytes) -> UpstreamFailed:
+        verdict = engine_errors.judge(status, body)
+        return cls(
+            verdict.rejected,
+            retryable=verdict.retryable,
+            endpoint_fault=verdict.endpoint_fault,
+            cause=verdict.cause,
+        )
 
 
 @contextlib.asynccontextmanager
@@ -79,52 +116,41 @@ async def _closed_unless_finished(upstream: aiohttp.ClientResponse) -> AsyncIter
         raise
 
 
-def _usage_of(payload: Any) -> tuple[int | None, int | None]:
+def _usage_of(payload: Any, meter: Meter) -> None:
+    """The engine's usage report (OpenAI's names, or the Responses API's, nested or not)."""
+    if isinstance(payload, dict) and isinstance(payload.get("response"), dict):
+        payload = payload["response"]  # a Responses stream's response.completed event
     usage = payload.get("usage") if isinstance(payload, dict) else None
     if not isinstance(usage, dict):
-        return None, None
-    return usage.get("prompt_tokens"), usage.get("completion_tokens")
+        return
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+    # embeddings report no completion: nothing was generated
+    completion = usage.get("completion_tokens", usage.get("output_tokens", 0))
+    if isinstance(prompt, int) and isinstance(completion, int):
+        meter.prompt_reported, meter.completion_reported = prompt, completion
 
 
 async def forward(
-    *,
-    session: aiohttp.ClientSession,
-    url: str,
-    body: bytes,
-    request: web.Request,
-    stream: bool,
-    deadline: float,
-    headers: dict[str, str],
-    served_by: str,
+    call: Call, *, session: aiohttp.ClientSession, request: web.Request, meter: Meter
 ) -> Outcome:
-    """Send ``body`` to ``url`` and answer ``request``; raise UpstreamFailed before any byte."""
+    """Send ``call.body`` to ``call.url`` and answer ``request``; raise UpstreamFailed before
+    any byte reached the client."""
     outcome = Outcome()
-    budget = max(0.001, deadline - time.monotonic())
+    budget = max(0.001, call.deadline - time.monotonic())
     try:
         async with asyncio.timeout(budget):
             async with (
-                session.post(
-                    url, data=body, headers={"Content-Type": "application/json"}
-                ) as upstream,
+                session.post(call.url, data=call.body, headers=call.upstream_headers) as upstream,
                 _closed_unless_finished(upstream),
             ):
+                meter.sent = True
                 outcome.status = upstream.status
-                if upstream.status >= 500 or upstream.status == 429:
-                    text = (await upstream.read())[:300].decode(errors="replace")
-                    raise UpstreamFailed(
-                        Rejected(
-                            reason=Reason.UPSTREAM_ERROR,
-                            retry_after=1.0,
-                            message=f"the model server answered {upstream.status}: {text}",
-                        ),
-                        retryable=True,
-                        endpoint_fault=upstream.status != 429,
-                        cause=f"upstream_{upstream.status}",
-                    )
-                if not stream or upstream.status != 200:
-                    await _whole(upstream, request, outcome, headers, served_by)
+                if upstream.status >= 400:
+                    raise UpstreamFailed.judged(upstream.status, await upstream.read())
+                if not call.stream:
+                    await _whole(upstream, request, outcome, call, meter)
                 else:
-                    await _relay(upstream, request, outcome, headers, served_by)
+                    await _relay(upstream, request, outcome, call, meter)
     except TimeoutError:
         if outcome.response is None:
             raise UpstreamFailed(
@@ -161,73 +187,101 @@ async def _whole(
     upstream: aiohttp.ClientResponse,
     request: web.Request,
     outcome: Outcome,
-    headers: dict[str, str],
-    served_by: str,
+    call: Call,
+    meter: Meter,
 ) -> None:
     payload = await upstream.read()
     outcome.first_byte_at = time.monotonic()
-    if upstream.status == 200:
-        with contextlib.suppress(orjson.JSONDecodeError):
-            outcome.prompt_tokens, outcome.completion_tokens = _usage_of(orjson.loads(payload))
+    with contextlib.suppress(orjson.JSONDecodeError):
+        _usage_of(orjson.loads(payload), meter)
     response = web.Response(
         body=payload,
         status=upstream.status,
         content_type="application/json",
-        headers={**headers, "X-TokenFleet-Model": served_by},
+        headers={**call.headers, "X-TokenFleet-Model": call.served_by},
     )
     outcome.response = response
     await response.prepare(request)
     await response.write_eof()
 
 
+def _refused_in_band(block: bytes) -> UpstreamFailed:
+    """A stream whose first event is an error, judged by the code it carries."""
+    first = block[: block.find(_EVENT_END)] if _EVENT_END in block else block
+    status, body = engine_errors.stream_error(first)
+    failed = UpstreamFailed.judged(status, body)
+    if failed.retryable:  # in-band refusals (KV cache full) are back-pressure, not a fault
+        failed.endpoint_fault = False
+        failed.cause = "error_event"
+    return failed
+
+
+def _account(block: bytes, meter: Meter, *, strip_usage: bool) -> tuple[bytes, bool]:
+    """Count one block of whole SSE events as relayed: (the bytes to send, [DONE] seen).
+
+    The usage event is read (the engine's own count) and dropped when only the gateway asked
+    for it; every other event passes byte for byte."""
+    done, dropped = False, False
+    events = block.split(_EVENT_END)
+    for i, event in enumerate(events):
+        if not event.strip():
+            continue
+        if event.startswith(_DONE):
+            done = True
+        elif _USAGE in event:
+            done = done or _COMPLETED in event
+            with contextlib.suppress(orjson.JSONDecodeError):
+                _usage_of(orjson.loads(event[event.find(b"{") :]), meter)
+            if strip_usage and _NO_CHOICES in event:
+                events[i], dropped = b"", True
+                continue
+        meter.relayed += usage.tokens_in(event)
+    if not dropped:
+        return block, done
+    return _EVENT_END.join(e for e in events if e) + _EVENT_END, done
+
+
 async def _relay(
     upstream: aiohttp.ClientResponse,
     request: web.Request,
     outcome: Outcome,
-    headers: dict[str, str],
-    served_by: str,
+    call: Call,
+    meter: Meter,
 ) -> None:
     response = web.StreamResponse(
         status=200,
         headers={
-            **headers,
+            **call.headers,
             "Content-Type": "text/event-stream",
             "Cache-Control": "no-cache",
-            "X-TokenFleet-Model": served_by,
+            "X-TokenFleet-Model": call.served_by,
         },
     )
-    recent: collections.deque[bytes] = collections.deque(
-        maxlen=16
-    )  # for [DONE] and usage, at the end
-    last = 0.0
+    last, done, pending = 0.0, False, b""
     gaps = outcome.gaps
     write = response.write
     async for chunk in upstream.content.iter_any():
+        data = pending + chunk if pending else chunk
+        cut = data.rfind(_EVENT_END)
+        if cut < 0:  # no whole event yet: an event is counted (and sent) once it is complete
+            pending = data
+            continue
+        block, pending = data[: cut + 2], data[cut + 2 :]
         now = time.monotonic()
         if outcome.response is None:
-            if chunk.startswith(_ERROR_EVENT):  # refused in-band (e.g. KV cache full): not sent
-                raise UpstreamFailed(
-                    Rejected(
-                        reason=Reason.UPSTREAM_ERROR,
-                        retry_after=1.0,
-                        message="the model server refused: "
-                        + chunk[len(_DATA) : 300].decode(errors="replace"),
-                    ),
-                    retryable=True,
-                    endpoint_fault=False,
-                    cause="error_event",
-                )
+            if block.startswith(_ERROR_EVENT):  # refused in-band (e.g. KV cache full): not sent
+                raise _refused_in_band(block)
             outcome.first_byte_at = now
             outcome.response = response
             await response.prepare(request)
         else:
             gaps.append(now - last)
         last = now
-        outcome.chunks += chunk.count(_DATA)
-        recent.append(chunk)
-        await write(chunk)  # backpressure: waits while the client is slow
-    tail = b"".join(recent)[-8192:]
-    done = _DONE in tail
+        out, seen_done = _account(block, meter, strip_usage=call.strip_usage)
+        done = done or seen_done
+        await write(out)  # backpressure: waits while the client is slow
+    if pending.strip() and outcome.response is not None:
+        await write(pending)
     if not done:
         if outcome.response is None:
             raise UpstreamFailed(
@@ -243,22 +297,7 @@ async def _relay(
         outcome.error = Reason.UPSTREAM_ERROR
         await _error_event(outcome, Reason.UPSTREAM_ERROR, "the model server's stream ended early")
         return
-    _usage_from_tail(tail, outcome)
     await response.write_eof()
-
-
-def _usage_from_tail(tail: bytes, outcome: Outcome) -> None:
-    """The usage event (stream_options.include_usage) is the last data event before [DONE]."""
-    at = tail.rfind(_USAGE)
-    if at < 0:
-        return
-    start = tail.rfind(_DATA, 0, at)
-    end = tail.find(b"\n", at)
-    try:
-        payload = orjson.loads(tail[start + len(_DATA) : end if end > 0 else None])
-    except orjson.JSONDecodeError:
-        return
-    outcome.prompt_tokens, outcome.completion_tokens = _usage_of(payload)
 
 
 async def _error_event(outcome: Outcome, reason: Reason, message: str) -> None:

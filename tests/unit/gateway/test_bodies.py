@@ -117,8 +117,7 @@ def test_content_parts_count_their_text() -> None:
     parts = [{"type": "text", "text": "a" * 40}, {"type": "image_url", "image_url": {"url": "x"}}]
     got = bodies.parse({**CHAT, "messages": [{"role": "user", "content": parts}]}, "chat")
     assert (
-        isinstance(got, bodies.Parsed)
-        and got.prompt_tokens == 10 + bodies.MESSAGE_OVERHEAD_TOKENS
+        isinstance(got, bodies.Parsed) and got.prompt_tokens == 10 + bodies.MESSAGE_OVERHEAD_TOKENS
     )
 
 

@@ -70,18 +70,18 @@ def test_the_reservation_holds_the_prompt_and_every_token_it_may_generate() -> N
     ("reported", "events", "expected"),
     [
         pytest.param((30, 12), 99, (30, 12), id="the-engine-reported-usage"),
-        pytest.param((None, None), 14, (100, 12), id="estimated-from-stream-events"),
-        pytest.param((None, None), 1, (100, 0), id="never-below-zero"),
-        pytest.param((30, None), 5, (30, 3), id="prompt-reported-only"),
+        pytest.param((None, None), 12, (100, 12), id="counted-as-relayed"),
+        pytest.param((None, None), 0, (100, 0), id="nothing-relayed"),
+        pytest.param((30, None), 5, (30, 5), id="prompt-reported-only"),
         pytest.param((None, 0), 5, (100, 0), id="zero-completion-reported"),
     ],
 )
-def test_used_tokens_are_the_engines_report_else_an_estimate(
+def test_used_tokens_are_the_engines_report_else_what_was_relayed(
     reported: tuple[int | None, int | None], events: int, expected: tuple[int, int]
 ) -> None:
     prompt, completion = reported
     got = usage.used(
-        prompt_reported=prompt, completion_reported=completion, prompt_estimate=100, events=events
+        prompt_reported=prompt, completion_reported=completion, prompt_estimate=100, relayed=events
     )
     assert got == expected
 
@@ -112,7 +112,12 @@ def parsed(**body: Any) -> bodies.Parsed:
 @pytest.mark.parametrize(
     ("body", "max_tokens", "expected"),
     [
-        pytest.param({}, bodies.DEFAULT_MAX_TOKENS, {}, id="default-left-to-the-engine"),
+        pytest.param(
+            {},
+            bodies.DEFAULT_MAX_TOKENS,
+            {"max_tokens": bodies.DEFAULT_MAX_TOKENS},
+            id="the-reserved-default-spelled-out",
+        ),
         pytest.param({}, 100, {"max_tokens": 100}, id="capped-default-spelled-out"),
         pytest.param({"max_tokens": 50}, 50, {"max_tokens": 50}, id="the-clients-kept"),
         pytest.param(

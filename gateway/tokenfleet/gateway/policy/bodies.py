@@ -12,7 +12,14 @@ from typing import Any, Literal
 
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
-Kind = Literal["chat", "completion"]
+Kind = Literal["chat", "completion", "embedding", "response"]
+#: Each kind's engine route.
+PATHS: dict[str, str] = {
+    "chat": "/v1/chat/completions",
+    "completion": "/v1/completions",
+    "embedding": "/v1/embeddings",
+    "response": "/v1/responses",
+}
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 #: Characters per token for the admission estimate; real tokenizers give 3.5-4.5 for English.
 #: Erring low overestimates tokens, so reservations err on the safe side.
@@ -33,6 +40,7 @@ class Parsed:
     max_tokens: int
     max_tokens_given: bool
     prompt_tokens: int  # an estimate
+    choices: int  # n: every choice may generate max_tokens
     prefix_text: str  # the prompt's opening, for prefix affinity
     body: dict[str, Any]
 
@@ -96,6 +104,39 @@ def _prompt(prompt: Any) -> tuple[int, str] | Rejected:
     )
 
 
+def _input(body: Mapping[str, Any], kind: Kind) -> tuple[int, str] | Rejected:
+    """The prompt of an embeddings or Responses request: ``input`` (and ``instructions``)."""
+    value = body.get("input")
+    if kind == "response" and isinstance(value, list):
+        messages = _messages(
+            [{"role": "user", **m} if isinstance(m, Mapping) else m for m in value]
+        )
+        if isinstance(messages, Rejected):
+            return _bad("'input' must be a string or an array of input items", "input")
+        work: tuple[int, str] = messages
+    elif kind == "embedding" and isinstance(value, list) and value and isinstance(value[0], list):
+        if not all(isinstance(v, list) and v for v in value):
+            return _bad("'input' must be a string, strings, token ids or arrays of them", "input")
+        work = sum(len(v) for v in value), ""
+    else:
+        prompt = _prompt(value)
+        if isinstance(prompt, Rejected):
+            return _bad("'input' must be a non-empty string, strings or token ids", "input")
+        work = prompt
+    instructions = body.get("instructions")
+    if kind == "response" and isinstance(instructions, str):
+        return work[0] + len(instructions) // CHARS_PER_TOKEN, instructions[:8192] + work[1]
+    return work
+
+
+def _work(body: Mapping[str, Any], kind: Kind) -> tuple[int, str] | Rejected:
+    if kind == "chat":
+        return _messages(body.get("messages"))
+    if kind == "completion":
+        return _prompt(body.get("prompt"))
+    return _input(body, kind)
+
+
 def _positive_int(body: Mapping[str, Any], name: str) -> int | Rejected | None:
     value = body.get(name)
     if value is None:
@@ -119,14 +160,18 @@ def parse(body: Any, kind: Kind) -> Parsed | Rejected:
     if options is not None and not isinstance(options, Mapping):
         return _bad("'stream_options' must be an object", "stream_options")
     include_usage = bool(options and options.get("include_usage") is True)
-    work = _messages(body.get("messages")) if kind == "chat" else _prompt(body.get("prompt"))
+    work = _work(body, kind)
     if isinstance(work, Rejected):
         return work
-    limits = [_positive_int(body, "max_tokens"), _positive_int(body, "max_completion_tokens")]
+    names = (
+        ("max_output_tokens",) if kind == "response" else ("max_tokens", "max_completion_tokens")
+    )
+    limits = [_positive_int(body, name) for name in (*names, "n")]
     for limit in limits:
         if isinstance(limit, Rejected):
             return limit
-    given = [x for x in limits if isinstance(x, int)]
+    given = [x for x in limits[:-1] if isinstance(x, int)]
+    choices = limits[-1] if isinstance(limits[-1], int) else 1
     for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         value = body.get(name)
         if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
@@ -136,9 +181,10 @@ def parse(body: Any, kind: Kind) -> Parsed | Rejected:
         model=model,
         stream=stream,
         include_usage=include_usage,
-        max_tokens=min(given) if given else DEFAULT_MAX_TOKENS,
+        max_tokens=0 if kind == "embedding" else min(given) if given else DEFAULT_MAX_TOKENS,
         max_tokens_given=bool(given),
         prompt_tokens=work[0],
+        choices=choices,
         prefix_text=work[1],
         body=body,
     )
@@ -170,12 +216,21 @@ def check_limits(
 
 def upstream(parsed: Parsed, *, model: str, salt: str, max_tokens: int) -> dict[str, Any]:
     """The body sent to the engine: the client's, with the served name (aliases are the
-    gateway's business, not the engine's), the tenant's cache salt, and ``max_tokens`` spelled
-    out when the gateway set it (a cap or a degraded class) or the client did."""
+    gateway's business, not the engine's), the tenant's cache salt, ``max_tokens`` always
+    spelled out as the gateway reserved it (so the reservation bounds what the engine may
+    generate, whatever its own default), and a usage report asked for on every stream (the
+    gateway settles with the engine's count; proxy strips it for a client that did not ask)."""
     body = dict(parsed.body)
     body["model"] = model
+    if parsed.kind == "embedding":
+        return body  # no prefix cache to salt, nothing generated
     body["cache_salt"] = salt
-    if max_tokens != parsed.max_tokens or parsed.max_tokens_given:
+    if parsed.kind == "response":
+        body["max_output_tokens"] = max_tokens
+    else:
         body["max_tokens"] = max_tokens
         body.pop("max_completion_tokens", None)
+        if parsed.stream and not parsed.include_usage:
+            asked = parsed.body.get("stream_options") or {}
+            body["stream_options"] = {**asked, "include_usage": True}
     return body

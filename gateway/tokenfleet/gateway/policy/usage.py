@@ -1,31 +1,57 @@
 """What a request may use and what it used (pure): the max_tokens it runs with, the tokens its
-quota reserves, the tokens settled when it ends, and how it ended (metric and log labels).
+quota reserves, the tokens counted as a stream is relayed, the usage record it is settled with,
+and how it ended (metric and log labels).
 
 The reservation is made before the request runs, from the prompt estimate of
-:mod:`~tokenfleet.gateway.policy.bodies` and every token the request may generate; it is settled
-with what the engine reported, or an estimate when it reported nothing.
+:mod:`~tokenfleet.gateway.policy.bodies` and every token its ``n`` choices may generate, and
+the engine is always sent that ``max_tokens``, so the reservation bounds what it can generate.
+It is settled with the engine's own usage report when the request ran to its end (the gateway
+asks for one on every stream), else with what was relayed to the client: one token per
+relayed event that carries generated text.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from tokenfleet.gateway.policy.rejections import Reason
 
-#: Data events of a stream that carry no generated token, about two: the opening role delta and
-#: the closing ``[DONE]``.
-FRAMING_EVENTS = 2
 
-
-def max_tokens(requested: int, *, cap: int | None) -> int:
-    """The tenant's cap bounds the request's max_tokens (no cap, or 0: the request's own).
+def max_tokens(
+    requested: int, *, cap: int | None, context: int | None = None, prompt_tokens: int = 0
+) -> int:
+    """The request's max_tokens within the tenant's cap (no cap, or 0: the request's own) and
+    the model's context room (its context window less the prompt estimate; never below 1).
 
     A request that asked for more than its cap was refused already (bodies.check_limits);
     this bounds the default a request gets when it asks for nothing."""
-    return min(requested, cap or requested)
+    bounded = min(requested, cap or requested)
+    if context:
+        bounded = min(bounded, max(1, context - prompt_tokens))
+    return bounded
 
 
-def reservation(*, prompt_tokens: int, max_tokens: int) -> int:
-    """Tokens the quota holds for a request while it runs: its prompt and all it may generate."""
-    return prompt_tokens + max_tokens
+def reservation(*, prompt_tokens: int, max_tokens: int, choices: int = 1) -> int:
+    """Tokens the quota holds for a request while it runs: its prompt and all that its
+    ``choices`` (the request's ``n``) may generate."""
+    return prompt_tokens + max_tokens * max(1, choices)
+
+
+#: Where generated text sits in a streamed event: chat deltas, completions, reasoning, and the
+#: Responses API's text deltas. A mark followed by ``"`` is an empty string: no token.
+_TEXT_MARKS = (b'"content":"', b'"text":"', b'"reasoning_content":"', b'"delta":"')
+
+
+def tokens_in(event: bytes) -> int:
+    """Generated tokens one relayed SSE event carries: 1 if it carries text or a tool call.
+
+    Engines stream one event per decoding step and choice; a speculative-decoding step can
+    carry several tokens, which this counts as one (the engine's final report corrects it)."""
+    for mark in _TEXT_MARKS:
+        at = event.find(mark)
+        if at >= 0 and event[at + len(mark) : at + len(mark) + 1] != b'"':
+            return 1
+    return 1 if b'"tool_calls":[{' in event else 0
 
 
 def used(
@@ -33,15 +59,32 @@ def used(
     prompt_reported: int | None,
     completion_reported: int | None,
     prompt_estimate: int,
-    events: int,
+    relayed: int,
 ) -> tuple[int, int]:
-    """(prompt, completion) tokens a served request used: the engine's usage report, else the
-    prompt estimate and one token per stream event that carries one."""
-    completion = (
-        completion_reported if completion_reported is not None else max(0, events - FRAMING_EVENTS)
-    )
+    """(prompt, completion) tokens a request that reached an engine used: the engine's usage
+    report, else the prompt estimate and the tokens counted as they were relayed."""
+    completion = completion_reported if completion_reported is not None else relayed
     prompt = prompt_reported if prompt_reported is not None else prompt_estimate
     return prompt, completion
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Record:
+    """One request's final usage, the single thing settlement (quota, counters, and any ledger)
+    reads. ``reserved`` is what the quota held; ``prompt + completion`` is what is charged."""
+
+    request_id: str
+    tenant: str
+    model: str
+    outcome: str  # served | failed | cancelled | rejected
+    reason: str
+    prompt: int
+    completion: int
+    reserved: int
+
+    @property
+    def charged(self) -> int:
+        return self.prompt + self.completion
 
 
 def ending(*, status: int, error: Reason | None) -> tuple[str, str]:

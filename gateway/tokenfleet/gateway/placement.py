@@ -1,0 +1,86 @@
+"""Where a request may run (step 2 past the body): the model the tenant means and may use, its
+pool by context bucket (pools dedicated to the tenant's class first), the tenant's class in
+that pool, and the model's fallback."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tokenfleet.gateway.catalog import Catalog, Model, Pool, Tenant
+from tokenfleet.gateway.policy import admission, bodies, routing
+from tokenfleet.gateway.policy.rejections import Reason, Rejected
+
+
+def resolve(catalog: Catalog, tenant: Tenant, name: str) -> Model | Rejected:
+    """The model ``name`` means to the tenant, if the tenant may use it."""
+    model = catalog.model(name, tenant.namespace)
+    if model is not None and tenant.may_use(name, model):
+        return model
+    known = model is not None or name in catalog.endpoints.models()
+    reason = Reason.MODEL_NOT_ALLOWED if known else Reason.MODEL_NOT_FOUND
+    verb = "is not available to you" if known else "does not exist"
+    return Rejected(reason=reason, param="model", message=f"model '{name}' {verb}")
+
+
+def pick_pool(catalog: Catalog, model: Model, prompt_tokens: int, cls: str = "") -> Pool | None:
+    """The model's pool for a prompt of this size and a tenant of class ``cls``."""
+    options = [catalog.pools[p].option() for p in model.pools if p in catalog.pools]
+    key = routing.choose_pool(options, prompt_tokens=prompt_tokens, cls=cls)
+    return catalog.pools[key] if key is not None else None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """Where a request may run: a model, its pool, and the tenant's class in that pool."""
+
+    model: Model
+    pool: Pool
+    cls: str
+
+
+def target(
+    catalog: Catalog, model: Model, *, tenant: Tenant, prompt_tokens: int, dedicated: str
+) -> Target | None:
+    """The model's pool for the prompt (pools ``dedicated`` to a class first), None if none."""
+    pool = pick_pool(catalog, model, prompt_tokens, dedicated)
+    if pool is None:
+        return None
+    return Target(
+        model=model, pool=pool, cls=admission.class_for(tenant.priority_class, pool.classes)
+    )
+
+
+def place(catalog: Catalog, tenant: Tenant, parsed: bodies.Parsed) -> Target | Rejected:
+    """Step 2 past the body: the model the tenant may use, its pool for this prompt (pools
+    dedicated to the tenant's class first), and the pool's and the tenant's limits."""
+    model = resolve(catalog, tenant, parsed.model)
+    if isinstance(model, Rejected):
+        return model
+    primary = target(
+        catalog,
+        model,
+        tenant=tenant,
+        prompt_tokens=parsed.prompt_tokens,
+        dedicated=tenant.priority_class,
+    )
+    if primary is None:
+        return Rejected(
+            reason=Reason.NO_ENDPOINTS,
+            retry_after=5.0,
+            message=f"model '{parsed.model}' has no pool configured",
+        )
+    limit = bodies.check_limits(
+        parsed, max_input_tokens=primary.pool.max_input_tokens, max_tokens_cap=tenant.max_tokens_cap
+    )
+    return limit if limit is not None else primary
+
+
+def spare_for(
+    catalog: Catalog, primary: Target, *, tenant: Tenant, prompt_tokens: int
+) -> Target | None:
+    """Where the model's fallback would run the request (any of its pools, by context bucket)."""
+    model = primary.model
+    spare = catalog.model(model.fallback, model.namespace) if model.fallback else None
+    if spare is None:
+        return None
+    return target(catalog, spare, tenant=tenant, prompt_tokens=prompt_tokens, dedicated="")

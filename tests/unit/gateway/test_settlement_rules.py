@@ -1,0 +1,201 @@
+"""Settlement and upstream-error rules (pure): context room and n in the reservation, tokens
+counted per relayed event, the SSE accounting of the relay, engine errors judged, and the body
+sent upstream for every kind (max_tokens always spelled out, a usage report always asked)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tokenfleet.gateway import proxy
+from tokenfleet.gateway.policy import bodies, engine_errors, usage
+from tokenfleet.gateway.policy.rejections import Reason
+
+
+@pytest.mark.parametrize(
+    ("requested", "cap", "context", "prompt", "expected"),
+    [
+        pytest.param(256, None, None, 10, 256, id="no-limits"),
+        pytest.param(256, 100, None, 10, 100, id="a-cap-below-the-default-holds"),
+        pytest.param(256, None, 200, 150, 50, id="the-context-room"),
+        pytest.param(256, 40, 200, 150, 40, id="the-lowest-wins"),
+        pytest.param(256, None, 100, 150, 1, id="never-below-one"),
+        pytest.param(0, 100, 200, 10, 0, id="embeddings-generate-nothing"),
+    ],
+)
+def test_max_tokens_is_the_lowest_of_request_cap_and_context_room(
+    requested: int, cap: int | None, context: int | None, prompt: int, expected: int
+) -> None:
+    got = usage.max_tokens(requested, cap=cap, context=context, prompt_tokens=prompt)
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("choices", "expected"),
+    [pytest.param(1, 120 + 256, id="one"), pytest.param(3, 120 + 3 * 256, id="n-3")],
+)
+def test_every_choice_is_reserved(choices: int, expected: int) -> None:
+    assert usage.reservation(prompt_tokens=120, max_tokens=256, choices=choices) == expected
+
+
+@pytest.mark.parametrize(
+    ("event", "tokens"),
+    [
+        pytest.param(b'data: {"choices":[{"delta":{"content":"The "}}]}', 1, id="chat-text"),
+        pytest.param(b'data: {"choices":[{"delta":{"role":"assistant"}}]}', 0, id="role"),
+        pytest.param(b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}', 0),
+        pytest.param(b'data: {"choices":[{"finish_reason":"stop","delta":{}}]}', 0, id="finish"),
+        pytest.param(b'data: {"choices":[{"text":" upon","index":0}]}', 1, id="completion"),
+        pytest.param(b'data: {"choices":[{"delta":{"reasoning_content":"hm"}}]}', 1),
+        pytest.param(b'data: {"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}', 1),
+        pytest.param(b'event: x\ndata: {"type":"response.output_text.delta","delta":"a"}', 1),
+        pytest.param(b"data: [DONE]", 0, id="done"),
+    ],
+)
+def test_tokens_are_counted_per_relayed_event(event: bytes, tokens: int) -> None:
+    assert usage.tokens_in(event) == tokens
+
+
+CHUNK = b'data: {"choices":[{"delta":{"content":"a"}}],"usage":null}\n\n'
+USAGE = b'data: {"choices":[],"usage":{"prompt_tokens":6,"completion_tokens":2}}\n\n'
+DONE = b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize(
+    ("strip", "sent"),
+    [
+        pytest.param(True, CHUNK * 2 + DONE, id="gateways-usage-event-stripped"),
+        pytest.param(False, CHUNK * 2 + USAGE + DONE, id="clients-usage-event-kept"),
+    ],
+)
+def test_the_relay_reads_the_engines_usage_and_strips_it_unless_asked(
+    strip: bool, sent: bytes
+) -> None:
+    meter = proxy.Meter()
+    out, done = proxy._account(CHUNK * 2 + USAGE + DONE, meter, strip_usage=strip)
+    assert out == sent and done
+    assert (meter.relayed, meter.prompt_reported, meter.completion_reported) == (2, 6, 2)
+
+
+def test_a_block_without_usage_passes_byte_for_byte() -> None:
+    meter = proxy.Meter()
+    out, done = proxy._account(CHUNK * 3, meter, strip_usage=True)
+    assert out == CHUNK * 3 and not done and meter.relayed == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "reason", "retryable"),
+    [
+        pytest.param(400, b'{"object":"error","message":"bad n"}', Reason.INVALID_REQUEST, False),
+        pytest.param(
+            400,
+            b'{"error":{"message":"This model\'s maximum context length is 1024 tokens"}}',
+            Reason.CONTEXT_TOO_LONG,
+            False,
+            id="context",
+        ),
+        pytest.param(404, b'{"message":"no model x"}', Reason.MODEL_NOT_FOUND, False),
+        pytest.param(422, b"not json", Reason.INVALID_REQUEST, False, id="unprocessable"),
+        pytest.param(
+            500,
+            b'{"object":"error","type":"BadRequestError","message":"bad logprobs"}',
+            Reason.INVALID_REQUEST,
+            False,
+            id="5xx-saying-invalid",
+        ),
+        pytest.param(500, b'{"message":"engine died"}', Reason.UPSTREAM_ERROR, True, id="5xx"),
+        pytest.param(429, b"busy", Reason.UPSTREAM_ERROR, True, id="back-pressure"),
+        pytest.param(401, b"no key", Reason.UPSTREAM_ERROR, True, id="gateway-credentials"),
+    ],
+)
+def test_an_engine_error_is_retried_only_when_another_replica_may_answer(
+    status: int, body: bytes, reason: Reason, retryable: bool
+) -> None:
+    verdict = engine_errors.judge(status, body)
+    assert verdict.rejected.reason is reason and verdict.retryable is retryable
+    assert not retryable or "answered" in verdict.rejected.message
+
+
+@pytest.mark.parametrize(
+    ("event", "status"),
+    [
+        pytest.param(b'data: {"error":{"code":400,"message":"x"}}', 400, id="int-code"),
+        pytest.param(b'data: {"error":{"code":"429","message":"x"}}', 429, id="string-code"),
+        pytest.param(b'data: {"error":{"message":"kv cache full"}}', 500, id="no-code"),
+        pytest.param(b"data: {broken", 500, id="not-json"),
+    ],
+)
+def test_a_streams_first_error_event_carries_its_status(event: bytes, status: int) -> None:
+    assert engine_errors.stream_error(event)[0] == status
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "expected"),
+    [
+        pytest.param(
+            "chat",
+            {"messages": [{"role": "user", "content": "hi"}], "stream": True},
+            {"max_tokens": 7, "cache_salt": "s", "stream_options": {"include_usage": True}},
+            id="chat-stream-asks-for-usage",
+        ),
+        pytest.param(
+            "completion",
+            {"prompt": "hi", "stream": True, "stream_options": {"include_usage": True}},
+            {"max_tokens": 7, "cache_salt": "s", "stream_options": {"include_usage": True}},
+            id="the-clients-own-request",
+        ),
+        pytest.param(
+            "response",
+            {"input": [{"role": "user", "content": "hi"}], "max_output_tokens": 9},
+            {"max_output_tokens": 7, "cache_salt": "s"},
+            id="responses",
+        ),
+        pytest.param("embedding", {"input": ["a", "b"]}, {}, id="embeddings-untouched"),
+    ],
+)
+def test_the_upstream_body_of_every_kind(
+    kind: bodies.Kind, body: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    parsed = bodies.parse({"model": "m", **body}, kind)
+    assert isinstance(parsed, bodies.Parsed)
+    sent = bodies.upstream(parsed, model="m", salt="s", max_tokens=7)
+    assert sent == {**body, "model": "m", **expected}
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "tokens", "max_tokens", "choices"),
+    [
+        pytest.param(
+            "chat", {"messages": [{"role": "user", "content": "x" * 40}], "n": 3}, 14, 256, 3
+        ),
+        pytest.param("embedding", {"input": [[1, 2, 3], [4, 5]]}, 5, 0, 1, id="token-ids"),
+        pytest.param("response", {"input": "x" * 40, "instructions": "y" * 8}, 13, 256, 1),
+    ],
+)
+def test_the_work_of_every_kind(
+    kind: bodies.Kind, body: dict[str, Any], tokens: int, max_tokens: int, choices: int
+) -> None:
+    parsed = bodies.parse({"model": "m", **body}, kind)
+    assert isinstance(parsed, bodies.Parsed)
+    assert (parsed.prompt_tokens, parsed.max_tokens, parsed.choices) == (
+        tokens,
+        max_tokens,
+        choices,
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "param"),
+    [
+        pytest.param("chat", {"messages": [{"role": "user", "content": "a"}], "n": 0}, "n"),
+        pytest.param("embedding", {"input": 5}, "input"),
+        pytest.param("embedding", {"input": [[1], []]}, "input", id="an-empty-token-list"),
+        pytest.param("response", {"input": [{"role": "x", "content": "a"}]}, "input"),
+    ],
+)
+def test_bad_bodies_of_new_kinds_are_400(
+    kind: bodies.Kind, body: dict[str, Any], param: str
+) -> None:
+    got = bodies.parse({"model": "m", **body}, kind)
+    assert not isinstance(got, bodies.Parsed) and got.param == param and got.status == 400
