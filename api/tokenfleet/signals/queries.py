@@ -130,3 +130,24 @@ def revision_error_rate(namespace: str, model: str, revision: str, window: str) 
         f"(sum(increase({gateway.REQUESTS}{failed}[{window}])) or vector(0)) / "
         f"sum(increase({gateway.REQUESTS}{served}[{window}]))"
     )
+
+
+def revision_tokens_per_replica(namespace: str, model: str, revision: str, window: str) -> str:
+    """Generated tokens per second per engine of one revision over ``window`` (engines counted
+    by their running-requests gauge, which every scraped engine exports)."""
+    selector = _revision(namespace, model, revision)
+    replicas = _either("count", vllm.RUNNING, selector)
+    return f"({_either_rate(vllm.GENERATION_TOKENS, selector, window)}) / ({replicas})"
+
+
+def substituted(query: str, *, namespace: str, model: str, revision: str, window: str) -> str:
+    """A team's custom check query with its placeholders filled in ($revision, $namespace,
+    $model, $window). Label values are names the API validates, so they need no escaping."""
+    for key, value in (
+        ("$revision", revision),
+        ("$namespace", namespace),
+        ("$model", model),
+        ("$window", window),
+    ):
+        query = query.replace(key, value)
+    return query

@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from tokenfleet.api.base import Condition, Model, rfc3339
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import AutoscalingStatus, InferencePoolSpec, InferencePoolStatus
-from tokenfleet.operator import k8s
+from tokenfleet.operator import evidence, k8s
 from tokenfleet.operator.config import OperatorConfig
 from tokenfleet.operator.k8s import Kube
 from tokenfleet.operator.plan import (
@@ -96,6 +96,7 @@ class Reconciler:
         self.indexes_ready = asyncio.Event()  # set by the first handler call: kopf has indexed
         self.seen_ready: dict[str, bool | None] = {}
         self.analysed: dict[str, float] = {}  # namespace/name → unix seconds of last analysis
+        self.gate = evidence.GateEvidence(kube=kube, signals=signals)
         self.passes = 0
 
     async def run(self) -> None:
@@ -247,21 +248,31 @@ class Reconciler:
         ns = meta["namespace"]
         spec = ModelDeploymentSpec.model_validate(body.get("spec", {}))
         existing = frozenset(n for (pool_ns, n) in self.indexes.pools if pool_ns == ns)
-        judgment = await self._analyse(body, spec, now)
+        current = _status_of(ModelDeploymentStatus, body)
+        pods = [p for pool in spec.pools for p in _items(self.indexes.pods, (ns, pool))]
+        gathered = await self.gate.gather(
+            namespace=ns,
+            name=meta["name"],
+            spec=spec,
+            status=current,
+            latency=await self._analyse(body, spec, now),
+            pods=pods,
+            window=self._window(spec),
+        )
         status, events = model_status.plan_model(
             model_status.ModelInputs(
                 namespace=ns,
                 name=meta["name"],
                 generation=meta.get("generation"),
                 spec=spec,
-                status=_status_of(ModelDeploymentStatus, body),
+                status=current,
                 existing_pools=existing,
                 pool_owner={
                     pool: owner for (pool_ns, pool), owner in owners.items() if pool_ns == ns
                 },
-                pods=[p for pool in spec.pools for p in _items(self.indexes.pods, (ns, pool))],
+                pods=pods,
                 now=now,
-                judgment=judgment,
+                evidence=gathered,
             )
         )
         await self._report(body, "ModelDeployment", status.to_wire(), events, now)
@@ -283,7 +294,7 @@ class Reconciler:
         if self.signals is None or not live or not due:
             return None
         self.analysed[key] = at
-        window = round(max(interval, self.config.analysis_window_seconds))
+        window = self._window(spec)
         samples = [
             await asyncio.to_thread(
                 self.signals.canary_sample, ns, spec.model.name, name, window_seconds=window
@@ -296,6 +307,12 @@ class Reconciler:
         # every interval: debug only; status.rollout.lastAnalysis and Events carry the news
         log.debug("ModelDeployment %s: canary %s: %s", key, state.canary, judgment.message)
         return judgment
+
+    def _window(self, spec: ModelDeploymentSpec) -> int:
+        """Seconds an analysis measures over: the configured window, or the interval if longer."""
+        return round(
+            max(spec.rollout.analysis.interval_seconds, self.config.analysis_window_seconds)
+        )
 
     async def _invalid(
         self, body: dict[str, Any], exc: pydantic.ValidationError, now: datetime.datetime

@@ -88,3 +88,11 @@ class PrometheusSignals:
                 exc,
             )
             return None
+
+    def revision_value(self, query: str) -> float | None:
+        """One instant value (a custom check, a throughput); None when absent or unreadable."""
+        try:
+            return self._number(query)
+        except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
+            log.warning("prometheus at %s: %s unreadable: %s", self.url, query[:120], exc)
+            return None

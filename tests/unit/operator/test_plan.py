@@ -502,8 +502,10 @@ def test_the_model_status_written_has_the_shape_the_crd_stores() -> None:
         "canaryStep",
         "rollout",
         "revisions",
+        "history",  # the first revision's promotion
         "conditions",
     }
+    assert [h["outcome"] for h in wire["history"]] == ["Promoted"]
     assert set(wire["revisions"][0]) == {
         "name",
         "digest",
