@@ -57,6 +57,11 @@ def queue_wait_p95(
     )
 
 
+def pool_ttft_p99(namespace: str, pool: str, window: str = "1m") -> str:
+    """p99 time to first token (seconds) of the pool's engines over ``window``."""
+    return _p99(vllm.TIME_TO_FIRST_TOKEN, _selector(namespace, pool), window)
+
+
 def prompt_rate(namespace: str, pool: str, window: str = "1m") -> str:
     """Prompt tokens prefilled per second by the pool."""
     return _either_rate(vllm.PROMPT_TOKENS, _selector(namespace, pool), window)
