@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import kubernetes
+import urllib3
 import yaml
 from kubernetes.client.exceptions import ApiException
 
@@ -59,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _client(args: argparse.Namespace) -> tuple[kubernetes.client.CustomObjectsApi, str]:
     kubernetes.config.load_kube_config(config_file=args.kubeconfig, context=args.context)
+    if not kubernetes.client.Configuration.get_default_copy().verify_ssl:
+        # the kubeconfig asked for it (insecure-skip-tls-verify); kubectl does not warn either
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     namespace = args.namespace
     if not namespace:
         contexts, active = kubernetes.config.list_kube_config_contexts(config_file=args.kubeconfig)

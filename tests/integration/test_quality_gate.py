@@ -44,10 +44,29 @@ def example(name: str) -> dict[str, Any]:
     return dict(yaml.safe_load((EXAMPLE / name).read_text()))
 
 
-def adapted(ns: str, signed: Signed, name: str, **analysis: Any) -> dict[str, Any]:
-    """An example ModelDeployment in the test's namespace, artifact and pool, with the test's
-    1 s analysis interval and short hold (the example's are minutes-scale for a human)."""
-    body = copy.deepcopy(example(name))
+def merged(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch applied (RFC 7396), as `kubectl patch --type merge` does."""
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def revision_of_example(patch: str = "") -> dict[str, Any]:
+    """The example's ModelDeployment, with a canary patch file applied when named."""
+    base = example("modeldeployment.yaml")
+    return merged(base, example(patch)) if patch else base
+
+
+def adapted(ns: str, signed: Signed, patch: str = "", **analysis: Any) -> dict[str, Any]:
+    """An example revision in the test's namespace, artifact and pool, with the test's 1 s
+    analysis interval and short hold (the example's are minutes-scale for a human)."""
+    body = revision_of_example(patch)
     body["metadata"].update(name=served(ns), namespace=ns)
     spec = body["spec"]
     spec["model"]["name"] = served(ns)
@@ -62,7 +81,7 @@ def adapted(ns: str, signed: Signed, name: str, **analysis: Any) -> dict[str, An
 def setup(cluster: Cluster, ns: str, signed: Signed) -> tuple[str, str]:
     """The golden set and the stable revision; returns (stable revision, tenant API key)."""
     cluster.kubectl("apply", "-n", ns, "-f", str(EXAMPLE / "golden-set.yaml"))
-    stable = start_stable(cluster, ns, signed, first=adapted(ns, signed, "modeldeployment.yaml"))
+    stable = start_stable(cluster, ns, signed, first=adapted(ns, signed))
     return stable, create_key(cluster, ns, "team")
 
 
@@ -173,8 +192,9 @@ def test_the_example_files_parse() -> None:
     from tokenfleet.api.deployment import ModelDeploymentSpec
     from tokenfleet.api.quality import parse_golden
 
-    for name in ("modeldeployment.yaml", "canary-quantized.yaml", "canary-good.yaml"):
-        ModelDeploymentSpec.model_validate(example(name)["spec"])
+    for patch in ("", "canary-quantized.yaml", "canary-good.yaml"):
+        ModelDeploymentSpec.model_validate(revision_of_example(patch)["spec"])
+    assert "apiVersion" not in example("canary-good.yaml")  # a patch, not a second object
     golden = parse_golden(example("golden-set.yaml")["data"]["golden.yaml"], loads=yaml.safe_load)
     assert len(golden.cases) == 6
     assert Path(EXAMPLE / "inferencepool.yaml").exists()
