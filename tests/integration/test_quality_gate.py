@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from test_rollouts import (  # the rollout journey's fixtures: operator, gateway, signed artifact
     ANALYSIS,
@@ -96,6 +97,7 @@ def ttft_p99(cluster: Cluster, ns: str, revision: str) -> float | None:
     return got.ttft_p99 if got else None
 
 
+@pytest.mark.timeout(900)  # a whole rollout on a shared 2-core machine
 def test_a_faster_canary_that_answers_worse_is_rolled_back_for_quality(
     cluster: Cluster, ns: str, signed: Signed, gateway: Gateway
 ) -> None:
@@ -130,26 +132,29 @@ def test_a_faster_canary_that_answers_worse_is_rolled_back_for_quality(
     )
 
 
+@pytest.mark.timeout(900)  # a whole rollout on a shared 2-core machine
 def test_a_faster_canary_that_answers_as_well_is_promoted(
     cluster: Cluster, ns: str, signed: Signed, gateway: Gateway
 ) -> None:
     stable, key = setup(cluster, ns, signed)
+    body = adapted(ns, signed, "canary-good.yaml")
+    body["spec"]["rollout"]["steps"] = [{"weight": 34, "holdSeconds": 10}]  # time to look
+    scored: list[dict[str, Any]] = []  # statuses showing both revisions' figures
+
+    def promoted() -> dict[str, Any] | None:
+        st = status(cluster, ns)
+        rows = scores(st) if st.get("rollout") else {}
+        if len(rows) == 2 and all(r.get("costPerMillionTokens") for r in rows.values()):
+            scored.append(st)
+        return phase_is(cluster, ns, "Promoted")
+
     with Traffic(gateway, key, served(ns)):
-        cluster.apply(adapted(ns, signed, "canary-good.yaml"))
+        cluster.apply(body)
         live = wait_for("the canary live", lambda: phase_is(cluster, ns, "Progressing"), 120)
         canary = str(live["canaryRevision"])
-        measured = wait_for(
-            "both revisions scored with throughput and cost",
-            lambda: (
-                (s := status(cluster, ns))
-                and len(scores(s)) == 2
-                and all(r.get("costPerMillionTokens") for r in scores(s).values())
-                and all(r.get("score") is not None for r in scores(s).values())
-                and s
-            ),
-            timeout=120,
-        )
-        done = wait_for("promotion", lambda: phase_is(cluster, ns, "Promoted"), timeout=120)
+        done = wait_for("promotion", promoted, timeout=240, every=0.2)
+    assert scored, "no status showed both revisions' quality, throughput and cost"
+    measured = scored[-1]
     assert done["stableRevision"] == canary != stable
     by_role = scores(measured)
     assert by_role["canary"]["score"] == by_role["stable"]["score"] == 1.0, by_role
@@ -159,6 +164,7 @@ def test_a_faster_canary_that_answers_as_well_is_promoted(
     print(f"promoted; figures {json.dumps(measured['rollout']['scores'])}")
 
 
+@pytest.mark.timeout(900)  # a whole rollout on a shared 2-core machine
 def test_a_custom_promql_check_fails_a_step(
     cluster: Cluster, ns: str, signed: Signed, gateway: Gateway
 ) -> None:
