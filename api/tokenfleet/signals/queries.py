@@ -20,6 +20,11 @@ def _either(aggregate: str, names: tuple[str, ...], selector: str) -> str:
     return " or ".join(f"{aggregate}({name}{selector})" for name in names)
 
 
+def running_by_pod(namespace: str, pool: str) -> str:
+    """Requests each of the pool's engines is generating now, by pod."""
+    return _either("sum by (pod)", vllm.RUNNING, _selector(namespace, pool))
+
+
 def kv_cache_usage(namespace: str, pool: str) -> str:
     """Mean KV-cache usage (0..1) over the pool's workers."""
     return _either("avg", vllm.KV_CACHE_USAGE, _selector(namespace, pool))

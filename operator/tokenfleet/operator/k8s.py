@@ -30,6 +30,7 @@ _PATHS = {  # (apiVersion, kind) → URL prefix and plural
     ("v1", "Service"): ("/api/v1", "services"),
     ("v1", "Event"): ("/api/v1", "events"),
     ("v1", "ConfigMap"): ("/api/v1", "configmaps"),
+    ("v1", "Pod"): ("/api/v1", "pods"),
     (API_GROUP_VERSION, "InferencePool"): (f"/apis/{API_GROUP_VERSION}", "inferencepools"),
     (API_GROUP_VERSION, "ModelDeployment"): (f"/apis/{API_GROUP_VERSION}", "modeldeployments"),
     (API_GROUP_VERSION, "Tenant"): (f"/apis/{API_GROUP_VERSION}", "tenants"),
@@ -140,6 +141,20 @@ class Kube:
                 "DELETE",
                 _path(api_version, kind, namespace, name),
                 body={"propagationPolicy": "Background"},
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def annotate(self, namespace: str, pod: str, key: str, value: str) -> None:
+        """Set one annotation on a pod (a merge patch: nothing else moves); gone pods are fine."""
+        try:
+            self._call(
+                "PATCH",
+                _path("v1", "Pod", namespace, pod),
+                body={"metadata": {"annotations": {key: value}}},
+                content_type="application/merge-patch+json",
+                query=[("fieldManager", FIELD_MANAGER)],
             )
         except ApiException as exc:
             if exc.status != 404:

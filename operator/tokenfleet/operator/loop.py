@@ -36,7 +36,7 @@ from tokenfleet.operator.plan import (
     tenant_status,
 )
 from tokenfleet.operator.plan.reporting import Event
-from tokenfleet.operator.policy import analysis, rollout, scaling
+from tokenfleet.operator.policy import analysis, deletion_cost, rollout, scaling
 from tokenfleet.operator.signals_source import PrometheusSignals
 
 log = logging.getLogger("tokenfleet.operator")
@@ -61,6 +61,18 @@ def _items(index: Index, key: Any) -> list[Any]:
 def _bodies(index: Index) -> Iterable[dict[str, Any]]:
     for key in list(index):
         yield from _items(index, key)
+
+
+def _replicas_of(
+    manifests: Iterable[Mapping[str, Any]], scale: Mapping[str, int]
+) -> dict[str, int]:
+    """Worker Deployment → replicas this pass sets, whether by apply or by scale."""
+    applied = {
+        m["metadata"]["name"]: int(m["spec"]["replicas"])
+        for m in manifests
+        if m.get("kind") == "Deployment" and "replicas" in m.get("spec", {})
+    }
+    return {**applied, **scale}
 
 
 S = TypeVar("S", bound=Model)
@@ -195,11 +207,28 @@ class Reconciler:
         )
         for manifest in decided.apply:
             await asyncio.to_thread(self.kube.apply, manifest)
+        await self._cost_before_scale_in(ns, name, _replicas_of(decided.apply, decided.scale))
         for deployment, replicas in sorted(decided.scale.items()):
             await asyncio.to_thread(self.kube.scale, ns, deployment, replicas)
         for stale in decided.delete:
             await asyncio.to_thread(self.kube.delete, "apps/v1", "Deployment", ns, stale)
         await self._report(body, "InferencePool", decided.status.to_wire(), decided.events, now)
+
+    async def _cost_before_scale_in(self, ns: str, pool: str, scale: Mapping[str, int]) -> None:
+        """Before a worker Deployment shrinks, mark its pods' deletion cost from their in-flight
+        requests, so the ReplicaSet removes (and drains) the least-loaded first."""
+        current = {s.name: s.replicas for s in _items(self.indexes.sets, (ns, pool))}
+        shrinking = {d for d, n in scale.items() if n < current.get(d, 0)}
+        if not shrinking or self.signals is None:
+            return
+        running = await asyncio.to_thread(self.signals.running_by_pod, ns, pool)
+        pods = [p for p in _items(self.indexes.pods, (ns, pool)) if not p.terminating]
+        wanted = deletion_cost.costs([p.name for p in pods], running)
+        carried = {p.name: p.deletion_cost for p in pods}
+        for pod, cost in deletion_cost.changed(carried, wanted).items():
+            await asyncio.to_thread(
+                self.kube.annotate, ns, pod, deletion_cost.POD_DELETION_COST, cost
+            )
 
     async def _autoscale(
         self,

@@ -34,6 +34,8 @@ class WorkerPod:
     #: Where its engine answers (http://podIP:port), "" before it has an IP: the golden-set
     #: replay asks the revision's pods directly.
     address: str = ""
+    #: Its controller.kubernetes.io/pod-deletion-cost as set ("" when none).
+    deletion_cost: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +86,9 @@ def worker_pod(obj: Mapping[str, Any]) -> WorkerPod:
         created=_time(meta.get("creationTimestamp")),
         verdict=_verdict_text(obj),
         address=_address(obj),
+        deletion_cost=(meta.get("annotations") or {}).get(
+            "controller.kubernetes.io/pod-deletion-cost", ""
+        ),
     )
 
 
