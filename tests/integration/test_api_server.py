@@ -55,6 +55,8 @@ def test_every_example_applies_and_reads_back_with_schema_defaults(
     for path in sorted({p for p, _ in docs}):
         cluster.kubectl("apply", "-n", ns, "-f", str(path))
     for _, doc in docs:
+        if doc["apiVersion"] == "v1":  # an example's ConfigMap (a golden set): applied above
+            continue
         kind, name = doc["kind"], doc["metadata"]["name"]
         stored = cluster.get(kind.lower(), name, "-n", ns)
         # The API server filled every default the model has, and nothing the model lacks.

@@ -251,8 +251,11 @@ def phase_is(cluster: Cluster, ns: str, phase: str) -> dict[str, Any] | None:
     return st if (st.get("rollout") or {}).get("phase") == phase else None
 
 
-def start_stable(cluster: Cluster, ns: str, signed: Signed) -> str:
-    """Pool, trust Secrets, tenant and the first revision; wait until it is promoted."""
+def start_stable(
+    cluster: Cluster, ns: str, signed: Signed, *, first: dict[str, Any] | None = None
+) -> str:
+    """Pool, trust Secrets, tenant and the first revision (``first``, by default the plain
+    model); wait until it is promoted."""
     cluster.kubectl(
         "apply",
         "-n",
@@ -280,7 +283,7 @@ def start_stable(cluster: Cluster, ns: str, signed: Signed) -> str:
                     ns,
                     {"apiKeySecretRef": {"name": "team-keys"}, "allowedModels": [served(ns)]},
                 ),
-                model(ns, signed),
+                first or model(ns, signed),
             )
         ),
     )

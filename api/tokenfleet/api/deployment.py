@@ -17,6 +17,14 @@ from tokenfleet.api.base import (
     refuse_first,
     validations,
 )
+from tokenfleet.api.quality import (
+    CheckResult,
+    HistoryEntry,
+    PromQLCheck,
+    Quality,
+    QualityStatus,
+    RevisionScore,
+)
 
 #: Served model names are what clients put in "model": keep them URL- and label-friendly.
 MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$"
@@ -245,6 +253,20 @@ class Analysis(Model):
         description="Absolute ceiling on the canary's inter-token latency p99 in milliseconds; "
         "unset means the ratio alone.",
     )
+    quality: Quality | None = Field(
+        default=None,
+        description="Replay a golden set against stable and canary; a canary scoring worse "
+        "than the margin allows is rolled back (QualityRegression).",
+    )
+    checks: list[PromQLCheck] = Field(
+        default_factory=list, max_length=10, description="Custom PromQL gates on the canary."
+    )
+    cost_per_replica_hour: float | None = Field(
+        default=None,
+        ge=0,
+        description="What one replica costs per hour (any currency): status then shows each "
+        "revision's cost per million generated tokens.",
+    )
 
 
 def _default_steps() -> list[CanaryStep]:
@@ -386,6 +408,17 @@ class RolloutStatus(Model):
         description="RFC 3339 time of the latest canary analysis; the next is due one analysis "
         "interval later, also after an operator restart.",
     )
+    quality: QualityStatus | None = Field(
+        default=None, description="The golden-set replay of the current stable/canary pair."
+    )
+    scores: list[RevisionScore] = Field(
+        default_factory=list,
+        max_length=2,
+        description="Stable's and canary's quality, throughput and cost, side by side.",
+    )
+    checks: list[CheckResult] = Field(
+        default_factory=list, description="The custom PromQL checks' latest values."
+    )
 
 
 class ModelDeploymentStatus(Model):
@@ -403,6 +436,12 @@ class ModelDeploymentStatus(Model):
         default_factory=list,
         description="Known revisions.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    history: list[HistoryEntry] = Field(
+        default_factory=list,
+        max_length=10,
+        description="The latest revisions a rollout decided on (promoted, rolled back, blocked), "
+        "newest last.",
     )
     conditions: list[Condition] = conditions_field()
 

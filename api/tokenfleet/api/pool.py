@@ -96,6 +96,19 @@ class Warm(Model):
     )
 
 
+class Drain(Model):
+    """How a worker leaves: it finishes its in-flight generations before the engine stops."""
+
+    max_generation_seconds: int = Field(
+        default=120,
+        ge=1,
+        le=3600,
+        description="Longest a generation on this pool may run. A stopping worker waits up to "
+        "this long for its running requests to finish (its preStop polls the engine's "
+        "vllm:num_requests_running until 0); the pod's grace period is this plus 15 s.",
+    )
+
+
 class ReplicaBounds(Model):
     """Hard bounds on the pool's total replica count."""
 
@@ -345,6 +358,7 @@ class InferencePoolSpec(Model):
         default_factory=Admission, description="Priority classes and their queues."
     )
     routing: Routing = Field(default_factory=Routing, description="Replica choice policy.")
+    drain: Drain = Field(default_factory=Drain, description="Scale-in and rollout draining.")
     max_input_tokens: int = Field(
         default=8192,
         ge=1,

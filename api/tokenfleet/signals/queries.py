@@ -20,6 +20,11 @@ def _either(aggregate: str, names: tuple[str, ...], selector: str) -> str:
     return " or ".join(f"{aggregate}({name}{selector})" for name in names)
 
 
+def running_by_pod(namespace: str, pool: str) -> str:
+    """Requests each of the pool's engines is generating now, by pod."""
+    return _either("sum by (pod)", vllm.RUNNING, _selector(namespace, pool))
+
+
 def kv_cache_usage(namespace: str, pool: str) -> str:
     """Mean KV-cache usage (0..1) over the pool's workers."""
     return _either("avg", vllm.KV_CACHE_USAGE, _selector(namespace, pool))
@@ -55,6 +60,11 @@ def queue_wait_p95(
         f"histogram_quantile(0.95, sum by (le) "
         f"(rate({gateway.QUEUE_WAIT}_bucket{selector}[{window}])))"
     )
+
+
+def pool_ttft_p99(namespace: str, pool: str, window: str = "1m") -> str:
+    """p99 time to first token (seconds) of the pool's engines over ``window``."""
+    return _p99(vllm.TIME_TO_FIRST_TOKEN, _selector(namespace, pool), window)
 
 
 def prompt_rate(namespace: str, pool: str, window: str = "1m") -> str:
@@ -130,3 +140,24 @@ def revision_error_rate(namespace: str, model: str, revision: str, window: str) 
         f"(sum(increase({gateway.REQUESTS}{failed}[{window}])) or vector(0)) / "
         f"sum(increase({gateway.REQUESTS}{served}[{window}]))"
     )
+
+
+def revision_tokens_per_replica(namespace: str, model: str, revision: str, window: str) -> str:
+    """Generated tokens per second per engine of one revision over ``window`` (engines counted
+    by their running-requests gauge, which every scraped engine exports)."""
+    selector = _revision(namespace, model, revision)
+    replicas = _either("count", vllm.RUNNING, selector)
+    return f"({_either_rate(vllm.GENERATION_TOKENS, selector, window)}) / ({replicas})"
+
+
+def substituted(query: str, *, namespace: str, model: str, revision: str, window: str) -> str:
+    """A team's custom check query with its placeholders filled in ($revision, $namespace,
+    $model, $window). Label values are names the API validates, so they need no escaping."""
+    for key, value in (
+        ("$revision", revision),
+        ("$namespace", namespace),
+        ("$model", model),
+        ("$window", window),
+    ):
+        query = query.replace(key, value)
+    return query

@@ -3,7 +3,8 @@
 Ours differ from kwok's stock stages in two ways that matter: a pod becomes Running with an IP
 but *not* Ready (the node agent marks it Ready once its simulated vLLM answers), and a node
 labelled ``tokenfleet.io/simulated-outage=true`` stops heartbeating and turns NotReady at once,
-which is how tests take a zone down.
+which is how tests take a zone down. Worker pods are not deleted at once either: the node
+agent drains and stops their engine first (``termination.py``), kwok only at the deadline.
 """
 
 from __future__ import annotations
@@ -161,6 +162,31 @@ spec:
     matchExpressions:
     - key: '.metadata.deletionTimestamp'
       operator: Exists
+    - key: '.metadata.labels["{labels.ROLE}"]'
+      operator: NotIn
+      values: ['{labels.ROLE_WORKER}']
+  next:
+    delete: true
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: tokenfleet-worker-pod-deadline
+spec:
+  resourceRef: {{apiGroup: v1, kind: Pod}}
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: Exists
+    - key: '.metadata.labels["{labels.ROLE}"]'
+      operator: In
+      values: ['{labels.ROLE_WORKER}']
+  # A worker pod is deleted by the node agent once its engine has drained and stopped (as a
+  # kubelet does); this is the backstop at the grace deadline, the deletionTimestamp.
+  delay:
+    durationMilliseconds: 0
+    durationFrom:
+      expressionFrom: '.metadata.deletionTimestamp'
   next:
     delete: true
 """

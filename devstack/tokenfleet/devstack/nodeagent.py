@@ -29,7 +29,7 @@ from typing import Any
 import aiohttp
 
 from tokenfleet.api import labels
-from tokenfleet.devstack import processes, simulated
+from tokenfleet.devstack import processes, simulated, termination
 from tokenfleet.kubeapi import ApiError, KubeApi, Obj
 from tokenfleet.signing.verdict import Reason, Verdict
 
@@ -130,6 +130,7 @@ class NodeAgent:
         self._session: aiohttp.ClientSession | None = None
         self._verdicts: dict[str, Verdict] = {}  # pod uid → artifact verdict (opted-in pods)
         self._verifying: dict[str, asyncio.Task[None]] = {}
+        self._terminations = termination.Terminations(api)  # preStop, SIGTERM, SIGKILL
 
     async def run(self) -> None:
         """Reconcile until cancelled; stops every simulator on the way out."""
@@ -153,7 +154,8 @@ class NodeAgent:
                 sim.server.close()
             # not in a worker thread: at shutdown the pool may be busy (verifications) and this
             # must not queue behind it; blocking the loop for the grace period is fine now
-            processes.stop([s.child for s in leaving], grace_seconds=5.0)
+            children = [s.child for s in leaving] + self._terminations.close()
+            processes.stop(children, grace_seconds=5.0)
             await self._session.close()
 
     def simulators(self) -> dict[str, simulated.SimSpec]:
@@ -190,6 +192,9 @@ class NodeAgent:
             node = pod.get("spec", {}).get("nodeName", "")
             if node not in self._nodes:
                 continue
+            if self._deleting_worker(uid) and uid not in self._sims:
+                self._terminations.start(pod, child=None, server=None, url="")  # no engine
+                continue
             spec = simulated.sim_spec(pod) if self._nodes[node] else None
             if spec is not None:
                 wanted[uid] = spec
@@ -202,7 +207,9 @@ class NodeAgent:
                 await self._set_ready(pod, ready=True, reason="NoEngine")
         for uid in list(self._sims):
             sim = self._sims[uid]
-            if wanted.get(uid) != sim.spec:
+            if self._deleting_worker(uid):  # like a kubelet: preStop, SIGTERM, SIGKILL, delete
+                self._hand_over(uid)
+            elif wanted.get(uid) != sim.spec:
                 await self._stop(uid)
             elif not sim.child.alive():
                 crashes = self._crashes.get(uid, 0) + 1
@@ -224,6 +231,18 @@ class NodeAgent:
             if uid not in self._sims and due and self._verified(uid):
                 await self._start(spec)
         self._forget_gone_pods()
+
+    def _deleting_worker(self, uid: str) -> bool:
+        pod = self._pods.get(uid)
+        deleting = pod is not None and pod["metadata"].get("deletionTimestamp")
+        return bool(deleting and simulated.is_worker(pod or {}) and uid not in self._terminations)
+
+    def _hand_over(self, uid: str) -> None:
+        sim = self._sims.pop(uid)
+        if sim.probe is not None:
+            sim.probe.cancel()
+        url = f"http://{sim.spec.pod_ip}:{sim.spec.port}"
+        self._terminations.start(self._pods[uid], child=sim.child, server=sim.server, url=url)
 
     def _forget_gone_pods(self) -> None:
         for uid in set(self._crashes) - set(self._pods):

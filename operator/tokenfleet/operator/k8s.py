@@ -29,6 +29,8 @@ _PATHS = {  # (apiVersion, kind) → URL prefix and plural
     ("policy/v1", "PodDisruptionBudget"): ("/apis/policy/v1", "poddisruptionbudgets"),
     ("v1", "Service"): ("/api/v1", "services"),
     ("v1", "Event"): ("/api/v1", "events"),
+    ("v1", "ConfigMap"): ("/api/v1", "configmaps"),
+    ("v1", "Pod"): ("/api/v1", "pods"),
     (API_GROUP_VERSION, "InferencePool"): (f"/apis/{API_GROUP_VERSION}", "inferencepools"),
     (API_GROUP_VERSION, "ModelDeployment"): (f"/apis/{API_GROUP_VERSION}", "modeldeployments"),
     (API_GROUP_VERSION, "Tenant"): (f"/apis/{API_GROUP_VERSION}", "tenants"),
@@ -143,6 +145,25 @@ class Kube:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    def annotate(self, namespace: str, pod: str, key: str, value: str) -> None:
+        """Set one annotation on a pod (a merge patch: nothing else moves); gone pods are fine."""
+        try:
+            self._call(
+                "PATCH",
+                _path("v1", "Pod", namespace, pod),
+                body={"metadata": {"annotations": {key: value}}},
+                content_type="application/merge-patch+json",
+                query=[("fieldManager", FIELD_MANAGER)],
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def config_map(self, namespace: str, name: str) -> dict[str, str]:
+        """A ConfigMap's data (a golden set, say); raises ApiException 404 when missing."""
+        found = self._call("GET", _path("v1", "ConfigMap", namespace, name))
+        return {str(k): str(v) for k, v in (found.get("data") or {}).items()}
 
     def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         path = _path(API_GROUP_VERSION, kind, namespace, name) + "/status"

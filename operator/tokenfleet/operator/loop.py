@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from tokenfleet.api.base import Condition, Model, rfc3339
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import AutoscalingStatus, InferencePoolSpec, InferencePoolStatus
-from tokenfleet.operator import k8s
+from tokenfleet.operator import evidence, k8s
 from tokenfleet.operator.config import OperatorConfig
 from tokenfleet.operator.exporter import Exporter
 from tokenfleet.operator.k8s import Kube
@@ -37,7 +37,7 @@ from tokenfleet.operator.plan import (
     tenant_status,
 )
 from tokenfleet.operator.plan.reporting import Event
-from tokenfleet.operator.policy import analysis, rollout, scaling
+from tokenfleet.operator.policy import analysis, deletion_cost, rollout, scaling
 from tokenfleet.operator.signals_source import PrometheusSignals
 
 log = logging.getLogger("tokenfleet.operator")
@@ -62,6 +62,18 @@ def _items(index: Index, key: Any) -> list[Any]:
 def _bodies(index: Index) -> Iterable[dict[str, Any]]:
     for key in list(index):
         yield from _items(index, key)
+
+
+def _replicas_of(
+    manifests: Iterable[Mapping[str, Any]], scale: Mapping[str, int]
+) -> dict[str, int]:
+    """Worker Deployment → replicas this pass sets, whether by apply or by scale."""
+    applied = {
+        m["metadata"]["name"]: int(m["spec"]["replicas"])
+        for m in manifests
+        if m.get("kind") == "Deployment" and "replicas" in m.get("spec", {})
+    }
+    return {**applied, **scale}
 
 
 S = TypeVar("S", bound=Model)
@@ -99,6 +111,7 @@ class Reconciler:
         self.indexes_ready = asyncio.Event()  # set by the first handler call: kopf has indexed
         self.seen_ready: dict[str, bool | None] = {}
         self.analysed: dict[str, float] = {}  # namespace/name → unix seconds of last analysis
+        self.gate = evidence.GateEvidence(kube=kube, signals=signals)
         self.passes = 0
 
     async def run(self) -> None:
@@ -207,11 +220,28 @@ class Reconciler:
         )
         for manifest in decided.apply:
             await asyncio.to_thread(self.kube.apply, manifest)
+        await self._cost_before_scale_in(ns, name, _replicas_of(decided.apply, decided.scale))
         for deployment, replicas in sorted(decided.scale.items()):
             await asyncio.to_thread(self.kube.scale, ns, deployment, replicas)
         for stale in decided.delete:
             await asyncio.to_thread(self.kube.delete, "apps/v1", "Deployment", ns, stale)
         await self._report(body, "InferencePool", decided.status.to_wire(), decided.events, now)
+
+    async def _cost_before_scale_in(self, ns: str, pool: str, scale: Mapping[str, int]) -> None:
+        """Before a worker Deployment shrinks, mark its pods' deletion cost from their in-flight
+        requests, so the ReplicaSet removes (and drains) the least-loaded first."""
+        current = {s.name: s.replicas for s in _items(self.indexes.sets, (ns, pool))}
+        shrinking = {d for d, n in scale.items() if n < current.get(d, 0)}
+        if not shrinking or self.signals is None:
+            return
+        running = await asyncio.to_thread(self.signals.running_by_pod, ns, pool)
+        pods = [p for p in _items(self.indexes.pods, (ns, pool)) if not p.terminating]
+        wanted = deletion_cost.costs([p.name for p in pods], running)
+        carried = {p.name: p.deletion_cost for p in pods}
+        for pod, cost in deletion_cost.changed(carried, wanted).items():
+            await asyncio.to_thread(
+                self.kube.annotate, ns, pod, deletion_cost.POD_DELETION_COST, cost
+            )
 
     async def _autoscale(
         self,
@@ -260,21 +290,31 @@ class Reconciler:
         ns = meta["namespace"]
         spec = ModelDeploymentSpec.model_validate(body.get("spec", {}))
         existing = frozenset(n for (pool_ns, n) in self.indexes.pools if pool_ns == ns)
-        judgment = await self._analyse(body, spec, now)
+        current = _status_of(ModelDeploymentStatus, body)
+        pods = [p for pool in spec.pools for p in _items(self.indexes.pods, (ns, pool))]
+        gathered = await self.gate.gather(
+            namespace=ns,
+            name=meta["name"],
+            spec=spec,
+            status=current,
+            latency=await self._analyse(body, spec, now),
+            pods=pods,
+            window=self._window(spec),
+        )
         status, events = model_status.plan_model(
             model_status.ModelInputs(
                 namespace=ns,
                 name=meta["name"],
                 generation=meta.get("generation"),
                 spec=spec,
-                status=_status_of(ModelDeploymentStatus, body),
+                status=current,
                 existing_pools=existing,
                 pool_owner={
                     pool: owner for (pool_ns, pool), owner in owners.items() if pool_ns == ns
                 },
-                pods=[p for pool in spec.pools for p in _items(self.indexes.pods, (ns, pool))],
+                pods=pods,
                 now=now,
-                judgment=judgment,
+                evidence=gathered,
             )
         )
         await self._report(body, "ModelDeployment", status.to_wire(), events, now)
@@ -296,7 +336,7 @@ class Reconciler:
         if self.signals is None or not live or not due:
             return None
         self.analysed[key] = at
-        window = round(max(interval, self.config.analysis_window_seconds))
+        window = self._window(spec)
         samples = [
             await asyncio.to_thread(
                 self.signals.canary_sample, ns, spec.model.name, name, window_seconds=window
@@ -309,6 +349,12 @@ class Reconciler:
         # every interval: debug only; status.rollout.lastAnalysis and Events carry the news
         log.debug("ModelDeployment %s: canary %s: %s", key, state.canary, judgment.message)
         return judgment
+
+    def _window(self, spec: ModelDeploymentSpec) -> int:
+        """Seconds an analysis measures over: the configured window, or the interval if longer."""
+        return round(
+            max(spec.rollout.analysis.interval_seconds, self.config.analysis_window_seconds)
+        )
 
     async def _invalid(
         self, body: dict[str, Any], exc: pydantic.ValidationError, now: datetime.datetime

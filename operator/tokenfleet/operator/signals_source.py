@@ -88,3 +88,26 @@ class PrometheusSignals:
                 exc,
             )
             return None
+
+    def running_by_pod(self, namespace: str, pool: str) -> dict[str, float]:
+        """Pod name → running requests; empty when unreadable (no costs are set then)."""
+        try:
+            result = self._prom.custom_query(
+                queries.running_by_pod(namespace, pool),
+                params={"timeout": f"{TIMEOUT_SECONDS}s"},
+                timeout=TIMEOUT_SECONDS + 1,
+            )
+            return {
+                r["metric"]["pod"]: float(r["value"][1]) for r in result if "pod" in r["metric"]
+            }
+        except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
+            log.warning("prometheus at %s: running by pod unreadable: %s", self.url, exc)
+            return {}
+
+    def revision_value(self, query: str) -> float | None:
+        """One instant value (a custom check, a throughput); None when absent or unreadable."""
+        try:
+            return self._number(query)
+        except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
+            log.warning("prometheus at %s: %s unreadable: %s", self.url, query[:120], exc)
+            return None

@@ -139,8 +139,12 @@ def test_worker_pod_is_rendered_from_the_engine_settings() -> None:
         >= 600
     )
     assert "exec" in container["readinessProbe"]
-    assert container["lifecycle"]["preStop"]["sleep"]["seconds"] > 0
+    # the fixed preStop sleep became a drain that waits for running requests (issue 17)
+    hook = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert hook[:3] == ["python3", "-m", "tokenfleet.worker.drain"]
+    assert int(hook[hook.index("--max-seconds") + 1]) > 0
     assert pod["terminationGracePeriodSeconds"] >= 60
+    assert pod["terminationGracePeriodSeconds"] > int(hook[hook.index("--max-seconds") + 1])
     assert manifest["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     assert set(manifest["metadata"]["labels"]) == {
         labels.ROLE,
@@ -502,8 +506,10 @@ def test_the_model_status_written_has_the_shape_the_crd_stores() -> None:
         "canaryStep",
         "rollout",
         "revisions",
+        "history",  # the first revision's promotion
         "conditions",
     }
+    assert [h["outcome"] for h in wire["history"]] == ["Promoted"]
     assert set(wire["revisions"][0]) == {
         "name",
         "digest",

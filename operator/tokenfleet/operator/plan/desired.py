@@ -28,10 +28,8 @@ HTTP_PORT = 8000
 TRUST_DIR = "/etc/tokenfleet/trust"
 TRUST_VOLUME = "artifact-trust"
 APPLIED_HASH = f"{labels.PREFIX}/applied-hash"
-#: Seconds to keep serving after the pod is marked terminating, so gateways stop routing first.
-PRE_STOP_DRAIN_SECONDS = 15
-#: In-flight generations may run for minutes; give them this long after SIGTERM.
-TERMINATION_GRACE_SECONDS = 120
+#: Seconds between the drain's end (preStop returns) and SIGKILL: vLLM's own shutdown.
+SIGTERM_MARGIN_SECONDS = 15
 #: Startup probe budget floor: loading 100+ GB of weights takes minutes.
 MIN_STARTUP_SECONDS = 600
 
@@ -181,6 +179,29 @@ def _probes(pool: InferencePoolSpec, model_name: str) -> dict[str, Any]:
     }
 
 
+def drain_hook(pool: InferencePoolSpec) -> dict[str, Any]:
+    """preStop: wait until the engine's running requests reach 0, up to the pool's longest
+    generation (the gateway already sends a terminating pod nothing new)."""
+    return {
+        "exec": {
+            "command": [
+                "python3",
+                "-m",
+                "tokenfleet.worker.drain",
+                "--url",
+                f"http://127.0.0.1:{HTTP_PORT}/metrics",
+                "--max-seconds",
+                str(pool.drain.max_generation_seconds),
+            ]
+        }
+    }
+
+
+def grace_seconds(pool: InferencePoolSpec) -> int:
+    """The pod's grace period: the drain's bound, then time for the engine's own shutdown."""
+    return pool.drain.max_generation_seconds + SIGTERM_MARGIN_SECONDS
+
+
 def worker_labels(*, pool: str, model: str, revision: str, zone: str) -> dict[str, str]:
     return {
         labels.ROLE: labels.ROLE_WORKER,
@@ -219,7 +240,7 @@ def worker_deployment(
         # The entrypoint writes a refused verdict there; vLLM's own crashes fall back to logs.
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": worker_resources(model, gpus),
-        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_DRAIN_SECONDS}}},
+        "lifecycle": {"preStop": drain_hook(pool)},
         "volumeMounts": [
             {"name": "models", "mountPath": "/models"},
             *trust_mounts(model),
@@ -249,7 +270,7 @@ def worker_deployment(
                 "spec": {
                     "nodeSelector": selector,
                     "tolerations": [t.to_wire() for t in accel.tolerations],
-                    "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+                    "terminationGracePeriodSeconds": grace_seconds(pool),
                     "containers": [container],
                     "volumes": [
                         {"name": "models", "emptyDir": {}},

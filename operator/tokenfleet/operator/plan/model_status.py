@@ -11,7 +11,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from tokenfleet.api.base import Condition
+from tokenfleet.api.base import Condition, rfc3339
 from tokenfleet.api.deployment import (
     ModelDeploymentSpec,
     ModelDeploymentStatus,
@@ -19,7 +19,7 @@ from tokenfleet.api.deployment import (
     Revision,
     RolloutStatus,
 )
-from tokenfleet.operator.plan import canary, desired, observed, reporting
+from tokenfleet.operator.plan import canary, desired, gate, observed, reporting
 from tokenfleet.operator.plan.reporting import Event, condition
 from tokenfleet.operator.policy import analysis, rollout
 
@@ -53,6 +53,9 @@ class ModelInputs:
     pods: Sequence[observed.WorkerPod]  # worker pods of this model's pools
     now: datetime.datetime
     judgment: analysis.Judgment | None = None  # a canary analysis, when one was due
+    #: the whole gate's evidence (quality replay, custom checks, throughput); when set, its
+    #: latency judgment is used instead of ``judgment``
+    evidence: gate.Evidence | None = None
 
 
 def _availability(inputs: ModelInputs, ready: int) -> tuple[Phase, bool, str, str]:
@@ -90,6 +93,7 @@ def _availability(inputs: ModelInputs, ready: int) -> tuple[Phase, bool, str, st
 _EVENT_REASONS: dict[rollout.Why, tuple[Literal["Normal", "Warning"], str]] = {
     rollout.Why.STEP_PASSED: ("Normal", "CanaryStepPassed"),
     rollout.Why.ANALYSIS_FAILED: ("Warning", "RolledBack"),
+    rollout.Why.QUALITY_REGRESSION: ("Warning", "RolledBack"),
     rollout.Why.ABORTED: ("Warning", "RolledBack"),
     rollout.Why.PROMOTED: ("Normal", "Promoted"),
     rollout.Why.MANUAL_PROMOTE: ("Normal", "Promoted"),
@@ -175,10 +179,18 @@ def plan_model(inputs: ModelInputs) -> tuple[ModelDeploymentStatus, list[Event]]
     revision = desired.revision_of(spec)
     old = inputs.status
     before = old.rollout if old and old.rollout else RolloutStatus()
+    gated = gate.evaluate(
+        inputs.evidence or gate.Evidence(latency=inputs.judgment),
+        before=before,
+        state=canary.state_of(old),
+        spec=spec.rollout.analysis,
+        stamp=rfc3339(now),
+    )
+    judgment = gated.judgment
     seen = canary.Seen(
         revision=revision,
         verification=canary.verification(inputs.pods, revision),
-        judgment=inputs.judgment,
+        judgment=judgment,
     )
     moved = canary.advance(canary.state_of(old), spec=spec.rollout, seen=seen, now=now.timestamp())
     state, message = moved.decision.state, moved.message or before.message
@@ -200,26 +212,40 @@ def plan_model(inputs: ModelInputs) -> tuple[ModelDeploymentStatus, list[Event]]
         condition(old_conditions, type=t, status=st, reason=r, message=m, now=now, generation=gen)
         for t, (st, r, m) in verdicts
     ]
-    analysed = inputs.judgment.message if inputs.judgment else before.last_analysis
+    analysed = judgment.message if judgment else before.last_analysis
     # a judgment counts while a canary takes traffic (the loop only asks for one then)
     measuring = canary.state_of(old).phase in (rollout.Phase.PROGRESSING, rollout.Phase.PAUSED)
-    analysed_at = now.timestamp() if inputs.judgment and measuring else canary.analysed_at(old)
+    analysed_at = now.timestamp() if judgment and measuring else canary.analysed_at(old)
     machine = canary.status_fields(
         moved.decision, last_analysis=analysed, last_analysis_at=analysed_at, message=message
     )
+    extras = {"quality": gated.quality, "scores": gated.scores, "checks": gated.checks}
+    rollout_status = machine.rollout.model_copy(update=extras) if machine.rollout else None
     status = ModelDeploymentStatus(
         observed_generation=gen,
         phase=phase,
         stable_revision=machine.stable_revision,
         canary_revision=machine.canary_revision,
         canary_step=machine.canary_step,
-        rollout=machine.rollout,
+        rollout=rollout_status,
         revisions=entries,
+        history=gate.history(
+            old.history if old else [], moved.notable, revisions=entries, stamp=rfc3339(now)
+        ),
         conditions=conditions,
     )
-    return status, [_event(d) for d in moved.notable] + _availability_events(
-        old_conditions, conditions, availability
-    )
+    events = _quality_events(gated) + [_event(d) for d in moved.notable]
+    return status, events + _availability_events(old_conditions, conditions, availability)
+
+
+def _quality_events(gated: gate.Gate) -> list[Event]:
+    """One Event when a golden-set replay's verdict lands, with the scores."""
+    if not gated.replayed or gated.quality is None:
+        return []
+    q = gated.quality
+    failed = q.verdict in ("Failed", "Invalid")
+    reason = "QualityRegression" if q.verdict == "Failed" else f"Quality{q.verdict}"
+    return [Event(type="Warning" if failed else "Normal", reason=reason, message=q.message)]
 
 
 def _availability_events(

@@ -31,6 +31,11 @@ class WorkerPod:
     #: The artifact verdict as written (JSON, tokenfleet.signing.verdict): the worker's
     #: termination message, or the tokenfleet.io/verdict annotation; "" before any.
     verdict: str = ""
+    #: Where its engine answers (http://podIP:port), "" before it has an IP: the golden-set
+    #: replay asks the revision's pods directly.
+    address: str = ""
+    #: Its controller.kubernetes.io/pod-deletion-cost as set ("" when none).
+    deletion_cost: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,7 +85,26 @@ def worker_pod(obj: Mapping[str, Any]) -> WorkerPod:
         unschedulable_since=_time(scheduled.get("lastTransitionTime")) if unschedulable else None,
         created=_time(meta.get("creationTimestamp")),
         verdict=_verdict_text(obj),
+        address=_address(obj),
+        deletion_cost=(meta.get("annotations") or {}).get(
+            "controller.kubernetes.io/pod-deletion-cost", ""
+        ),
     )
+
+
+def _address(obj: Mapping[str, Any]) -> str:
+    """The engine's URL, from the pod IP and the container port named http (vLLM's 8000 if
+    none is named: the gateway reads pods the same way)."""
+    ip = obj.get("status", {}).get("podIP")
+    if not ip:
+        return ""
+    ports = [
+        p.get("containerPort")
+        for c in obj.get("spec", {}).get("containers", []) or []
+        for p in c.get("ports", []) or []
+        if p.get("name") == "http"
+    ]
+    return f"http://{ip}:{ports[0] if ports else 8000}"
 
 
 def _verdict_text(obj: Mapping[str, Any]) -> str:

@@ -6,11 +6,17 @@ error rate. Latencies are judged against stable as a ratio (the canary's p99 may
 absolute ceiling. Too few canary (or stable) requests is ``INSUFFICIENT_SAMPLES``. A breach on
 any measured series fails at once (rolling back on partial evidence is safe); passing needs
 every series present (promoting on partial evidence is not): silence never promotes.
+
+:func:`combine` folds the custom PromQL checks and the golden-set quality verdict
+(``policy/quality.py``) into the one judgment the rollout machine sees.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
+import math
+from collections.abc import Sequence
 
 from tokenfleet.operator.policy.rollout import Outcome
 
@@ -111,3 +117,94 @@ def judge(canary: Sample, stable: Sample, thresholds: Thresholds) -> Judgment:
         outcome=Outcome.ANALYSIS_PASSED,
         message=f"canary within thresholds over {canary.requests} requests",
     )
+
+
+# --- custom PromQL checks and the whole gate ---------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CheckValue:
+    """A custom PromQL check's bounds and its values for canary and stable (None: no series)."""
+
+    name: str
+    canary: float | None
+    stable: float | None = None
+    max: float | None = None
+    min: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CheckJudgment:
+    name: str
+    passed: bool | None  # None: no value, cannot pass yet
+    message: str
+
+
+def judge_check(check: CheckValue) -> CheckJudgment:
+    """One custom check on the canary's value; stable's is shown for comparison only."""
+    value = check.canary
+    against = "" if check.stable is None else f" (stable {check.stable:g})"
+    if value is None or math.isnan(value):
+        return CheckJudgment(name=check.name, passed=None, message=f"{check.name}: no value")
+    if check.max is not None and value > check.max:
+        message = f"{check.name} {value:g} > max {check.max:g}{against}"
+        return CheckJudgment(name=check.name, passed=False, message=message)
+    if check.min is not None and value < check.min:
+        message = f"{check.name} {value:g} < min {check.min:g}{against}"
+        return CheckJudgment(name=check.name, passed=False, message=message)
+    return CheckJudgment(name=check.name, passed=True, message=f"{check.name} {value:g}{against}")
+
+
+class Quality(enum.StrEnum):
+    """Where the golden-set replay of the current pair stands."""
+
+    NOT_CONFIGURED = "NotConfigured"
+    PENDING = "Pending"
+    PASSED = "Passed"
+    FAILED = "Failed"
+    INVALID = "Invalid"  # the golden set could not be read: hold, never promote or roll back
+
+
+def combine(
+    latency: Judgment | None,
+    *,
+    checks: Sequence[CheckJudgment] = (),
+    quality: Quality = Quality.NOT_CONFIGURED,
+    quality_message: str = "",
+) -> Judgment | None:
+    """The one judgment the rollout machine sees. A quality regression fails at once (it is
+    known as soon as the replay ends, analysis due or not); otherwise latency leads, then the
+    custom checks, then quality must have passed (pending or unreadable holds the step)."""
+    if quality is Quality.FAILED:
+        return Judgment(
+            outcome=Outcome.QUALITY_FAILED, failures=(quality_message,), message=quality_message
+        )
+    if latency is None or latency.outcome is Outcome.ANALYSIS_FAILED:
+        return latency
+    failed = [c.message for c in checks if c.passed is False]
+    if failed:
+        return Judgment(
+            outcome=Outcome.ANALYSIS_FAILED, failures=tuple(failed), message="; ".join(failed)
+        )
+    if latency.outcome is not Outcome.ANALYSIS_PASSED:
+        return latency
+    waiting = [f"{c.message}: cannot pass yet" for c in checks if c.passed is None]
+    if quality is Quality.PENDING:
+        waiting.append("golden-set replay pending")
+    if quality is Quality.INVALID:
+        waiting.append(f"golden set unusable ({quality_message}): holding")
+    if waiting:
+        return Judgment(outcome=Outcome.INSUFFICIENT_SAMPLES, message="; ".join(waiting))
+    shown = [latency.message, *(c.message for c in checks)]
+    if quality is Quality.PASSED:
+        shown.append(quality_message)
+    return Judgment(outcome=Outcome.ANALYSIS_PASSED, message="; ".join(s for s in shown if s))
+
+
+def cost_per_million(
+    tokens_per_second: float | None, per_replica_hour: float | None
+) -> float | None:
+    """Cost of a million generated tokens on one replica at its measured throughput."""
+    if tokens_per_second is None or per_replica_hour is None or tokens_per_second <= 0:
+        return None
+    return per_replica_hour / (tokens_per_second * 3600) * 1_000_000

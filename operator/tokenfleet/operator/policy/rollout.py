@@ -11,7 +11,8 @@ Phases::
 The first revision a deployment ever has is promoted as soon as it verifies (there is nothing to
 compare it with). A revision that has not verified never gets traffic: Verifying and Blocked keep
 the stable revision at 100%. A step passes when its hold has elapsed *and* an analysis during the
-step passed; any failed analysis rolls back at once, paused or not. A step of weight 100 promotes.
+step passed; any failed analysis (latency, errors, custom checks) or a quality regression on
+the golden set rolls back at once, paused or not. A step of weight 100 promotes.
 
 Idempotence: the shell turns the spec into observations each pass. Re-applying an unchanged
 spec yields ``UNCHANGED`` (or ``NEW_REVISION`` naming the stable or current canary revision),
@@ -49,6 +50,7 @@ class Outcome(enum.StrEnum):
     VERIFICATION_FAILED = "VerificationFailed"
     ANALYSIS_PASSED = "AnalysisPassed"
     ANALYSIS_FAILED = "AnalysisFailed"
+    QUALITY_FAILED = "QualityFailed"  # the golden set scored the canary too far below stable
     INSUFFICIENT_SAMPLES = "InsufficientSamples"
     HOLD_ELAPSED = "HoldElapsed"  # a timer tick; the machine checks the hold itself
     PAUSE = "Pause"
@@ -71,6 +73,7 @@ class Why(enum.StrEnum):
     STEP_PASSED = "StepPassed"
     HOLDING = "Holding"
     ANALYSIS_FAILED = "AnalysisFailed"
+    QUALITY_REGRESSION = "QualityRegression"
     INSUFFICIENT_SAMPLES = "InsufficientSamples"
     PAUSED = "Paused"
     RESUMED = "Resumed"
@@ -326,6 +329,14 @@ def _in_flight(state: State, seen: Observation, steps: Sequence[Step], now: floa
                 steps,
                 Why.ANALYSIS_FAILED,
                 f"canary {state.canary} worse than stable ({seen.detail}); rolled back to stable",
+            )
+        case Outcome.QUALITY_FAILED:
+            return _roll_back(
+                state,
+                steps,
+                Why.QUALITY_REGRESSION,
+                f"canary {state.canary} answers worse than stable ({seen.detail}); "
+                "rolled back to stable",
             )
         case Outcome.VERIFICATION_FAILED:
             blocked = dataclasses.replace(state, phase=Phase.BLOCKED, step_passed=False)
