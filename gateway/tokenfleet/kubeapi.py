@@ -1,8 +1,12 @@
 """A small asyncio Kubernetes REST client: get, patch, list+watch over aiohttp.
 
-Used by the gateway (watching worker pods, tenants and their key Secrets) and the local stack's
-node agent. It authenticates with a bearer token: a pod's service-account token in a cluster,
-or the token of a kubeconfig (client certificates and exec plugins are not supported).
+Used by the gateway (watching worker pods, tenants and their key Secrets), the CLI and the local
+stack's node agent. Connection settings come from the official ``kubernetes`` package's loaders,
+so everything kubectl accepts works: in a pod its service account (the projected token re-read
+as it rotates), else a kubeconfig with a token, token file, client certificate, exec plugin
+(EKS, GKE, AKS) or OIDC provider, and a CA bundle. TLS is verified unless the kubeconfig itself
+says insecure-skip-tls-verify. The requests stay on aiohttp: the watch loop is the gateway's hot
+path, and the package's own client is synchronous.
 """
 
 from __future__ import annotations
@@ -11,14 +15,19 @@ import asyncio
 import json
 import os
 import ssl
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
+import kubernetes
 
 Obj = dict[str, Any]
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# The package's loaders carry no annotations: typed here once.
+_load_kube_config: Any = kubernetes.config.load_kube_config
+_InClusterLoader: Any = kubernetes.config.incluster_config.InClusterConfigLoader
 
 
 class ApiError(Exception):
@@ -29,49 +38,85 @@ class ApiError(Exception):
         self.status = status
 
 
+def _ssl_context(config: kubernetes.client.Configuration) -> ssl.SSLContext:
+    """Verification as the configuration says (on, unless a kubeconfig turned it off)."""
+    context = ssl.create_default_context(cafile=config.ssl_ca_cert or None)
+    if not config.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if config.cert_file:
+        context.load_cert_chain(config.cert_file, config.key_file or None)
+    return context
+
+
 class KubeApi:
-    """Token-authenticated calls to one API server."""
+    """Calls to one API server with the credentials of a ``kubernetes`` Configuration."""
 
-    def __init__(self, *, server: str, token: str, session: aiohttp.ClientSession) -> None:
-        self._server = server.rstrip("/")
-        self._headers = {"Authorization": f"Bearer {token}"}
+    def __init__(
+        self, *, configuration: kubernetes.client.Configuration, session: aiohttp.ClientSession
+    ) -> None:
+        self._config = configuration
+        self._server = str(configuration.host).rstrip("/")
         self._session = session
-        self._ssl = ssl.create_default_context()
-        # The local API server's certificate is self-signed; the kubeconfig says to skip checks.
-        self._ssl.check_hostname = False
-        self._ssl.verify_mode = ssl.CERT_NONE
+        self._tls_files: tuple[str, str] | None = None
+        self._ssl = self._context()
+        self._auth: dict[str, str] | None = None
+        self._refresh_at = 0.0
 
-    @staticmethod
-    def kubeconfig_credentials(path: Path) -> tuple[str, str]:
-        """(server, token) of a kubeconfig's current context."""
-        doc = yaml.safe_load(path.read_text())
-        context_name = doc.get("current-context") or doc["contexts"][0]["name"]
-        context = next(c["context"] for c in doc["contexts"] if c["name"] == context_name)
-        cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == context["cluster"])
-        user = next(u["user"] for u in doc["users"] if u["name"] == context["user"])
-        if "token" not in user:
-            raise ValueError(f"{path}: only token authentication is supported")
-        return cluster["server"], user["token"]
+    def _context(self) -> ssl.SSLContext:
+        self._tls_files = (self._config.cert_file or "", self._config.key_file or "")
+        return _ssl_context(self._config)
+
+    def _headers(self) -> dict[str, str]:
+        """The Authorization header, refreshed at most once a second (the package's hook costs
+        about 0.3 ms): an expired exec or OIDC credential is fetched again, a service-account
+        token re-read from its file (the package does that once a minute)."""
+        now = time.monotonic()
+        if self._auth is not None and now < self._refresh_at:
+            return self._auth
+        config = self._config
+        if config.refresh_api_key_hook is not None:
+            config.refresh_api_key_hook(config)
+            if (config.cert_file or "", config.key_file or "") != self._tls_files:
+                self._ssl = self._context()  # an exec plugin handed out a new certificate
+        # Read directly: get_api_key_with_prefix would run the hook a second time.
+        key = config.api_key.get("BearerToken")
+        prefix = config.api_key_prefix.get("BearerToken")
+        self._auth = {"Authorization": f"{prefix} {key}" if prefix else key} if key else {}
+        self._refresh_at = now + 1.0
+        return self._auth
+
+    @classmethod
+    def from_kubeconfig(
+        cls, path: Path | None, session: aiohttp.ClientSession, *, context: str | None = None
+    ) -> KubeApi:
+        """A kubeconfig (``None``: $KUBECONFIG, which may list several, or ~/.kube/config)."""
+        config = kubernetes.client.Configuration()
+        _load_kube_config(
+            config_file=str(path) if path else None, context=context, client_configuration=config
+        )
+        return cls(configuration=config, session=session)
+
+    @classmethod
+    def in_cluster(
+        cls, session: aiohttp.ClientSession, *, account: Path = SERVICE_ACCOUNT
+    ) -> KubeApi:
+        """A pod's service account: KUBERNETES_SERVICE_HOST/PORT, its CA, and its token, which
+        the package re-reads once a minute (the kubelet rotates projected tokens long before
+        they expire)."""
+        config = kubernetes.client.Configuration()
+        loader = _InClusterLoader(
+            token_filename=str(account / "token"), cert_filename=str(account / "ca.crt")
+        )
+        loader.load_and_set(config)
+        return cls(configuration=config, session=session)
 
     @classmethod
     def from_environment(cls, session: aiohttp.ClientSession) -> KubeApi:
         """In a pod: its service account. Elsewhere: $KUBECONFIG (or ~/.kube/config)."""
-        account = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-        host, port = (
-            os.environ.get("KUBERNETES_SERVICE_HOST"),
-            os.environ.get("KUBERNETES_SERVICE_PORT"),
-        )
-        if host and port and (account / "token").exists():
-            api = cls(
-                server=f"https://{host}:{port}",
-                token=(account / "token").read_text(),
-                session=session,
-            )
-            api._ssl = ssl.create_default_context(cafile=str(account / "ca.crt"))
-            return api
-        config = Path(os.environ.get("KUBECONFIG", Path.home() / ".kube" / "config"))
-        server, token = cls.kubeconfig_credentials(config)
-        return cls(server=server, token=token, session=session)
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT / "token").exists():
+            return cls.in_cluster(session)
+        return cls.from_kubeconfig(None, session)
 
     async def call(
         self,
@@ -82,16 +127,20 @@ class KubeApi:
         content_type: str = "application/json",
         timeout: float = 30.0,
     ) -> Obj:
-        headers = {**self._headers, "Content-Type": content_type}
+        headers = {**self._headers(), "Content-Type": content_type}
         async with self._session.request(
             method,
             self._server + path,
             data=None if body is None else json.dumps(body),
             headers=headers,
             ssl=self._ssl,
+            server_hostname=self._config.tls_server_name or None,
+            proxy=self._config.proxy or None,
             timeout=aiohttp.ClientTimeout(total=timeout),
         ) as resp:
             text = await resp.text()
+            if resp.status == 401:
+                self._refresh_at = 0.0  # a credential expired early: fetch it again next call
             if resp.status >= 400:
                 raise ApiError(resp.status, text)
             result: Obj = json.loads(text) if text else {}
@@ -140,7 +189,12 @@ class KubeApi:
         url = f"{self._server}{path}?{query}watch=1&allowWatchBookmarks=1&resourceVersion={version}"
         timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
         async with self._session.get(
-            url, headers=self._headers, ssl=self._ssl, timeout=timeout
+            url,
+            headers=self._headers(),
+            ssl=self._ssl,
+            server_hostname=self._config.tls_server_name or None,
+            proxy=self._config.proxy or None,
+            timeout=timeout,
         ) as resp:
             if resp.status >= 400:
                 raise ApiError(resp.status, await resp.text())

@@ -150,8 +150,15 @@ class AuditedServer:
                 out.append(event)
         return out
 
-    def kubeconfig(self, path: Path, user: dict[str, Any], *, ca: Path | None = None) -> Path:
-        cluster = {"server": self.url, "certificate-authority": str(ca or self.pki.ca)}
+    def kubeconfig(
+        self, path: Path, user: dict[str, Any], *, ca: Path | None = None, trust: str = "ca"
+    ) -> Path:
+        """trust: "ca" (ours, or ``ca``), "system" (no CA: the system's), "insecure"."""
+        cluster: dict[str, Any] = {"server": self.url}
+        if trust == "ca":
+            cluster["certificate-authority"] = str(ca or self.pki.ca)
+        elif trust == "insecure":
+            cluster["insecure-skip-tls-verify"] = True
         doc = {
             "apiVersion": "v1",
             "kind": "Config",

@@ -172,7 +172,7 @@ class Stack:
                     self.options.bin_dir, self.ports, self.files
                 ):
                     await self._start(component, token, session)
-                api = KubeApi(server=self.server, token=token, session=session)
+                api = KubeApi.from_kubeconfig(self.files.kubeconfig, session)
                 await self._create_nodes(api)
                 await self._reboot_pods(api)
                 await asyncio.to_thread(self._apply_crds)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import kubernetes
 
 from tokenfleet.api import labels
 from tokenfleet.api.base import API_GROUP_VERSION
@@ -27,11 +28,11 @@ async def create_key(
 ) -> str:
     """Make a key for ``tenant``, store its hash, return the key (the only copy)."""
     async with aiohttp.ClientSession() as session:
-        if kubeconfig is None:
-            api = KubeApi.from_environment(session)
-        else:
-            server, token = KubeApi.kubeconfig_credentials(kubeconfig)
-            api = KubeApi(server=server, token=token, session=session)
+        api = (
+            KubeApi.from_environment(session)
+            if kubeconfig is None
+            else KubeApi.from_kubeconfig(kubeconfig, session)
+        )
         obj = await api.call(
             "GET", f"/apis/{API_GROUP_VERSION}/namespaces/{namespace}/tenants/{tenant}"
         )
@@ -83,7 +84,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         key = asyncio.run(create_key(args.namespace, args.name, replace=args.replace))
-    except ApiError as exc:
+    except (ApiError, aiohttp.ClientError, kubernetes.config.ConfigException) as exc:
+        # Refused by the API server, unreachable, an unverifiable certificate, a bad kubeconfig.
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(key)
