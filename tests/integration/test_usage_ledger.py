@@ -5,6 +5,9 @@ are written once it is back, and the Prometheus counters agree with the ledger."
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import datetime
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,3 +124,90 @@ def test_entries_wait_for_redis_and_land_once(tmp_path: Path) -> None:
     finally:
         down.kill()
     assert [(e.tenant, e.requests) for e in entries] == [("t/a", 2), ("t/b", 1)]
+
+
+def _cli(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "tokenfleet.cli", "usage", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
+HOUR = datetime.datetime(2026, 11, 30, 9, tzinfo=datetime.UTC)  # a whole, closed hour
+WINDOW = ("--since", "1h", "--until", "2026-11-30T10:00:00Z")
+
+
+def test_tokenfleet_usage_reports_the_ledger_with_cost(redis: Redis, tmp_path: Path) -> None:
+    async def record() -> None:
+        ledger = usage_ledger.UsageLedger(redis.url, registry=CollectorRegistry())
+        now = HOUR + datetime.timedelta(minutes=20)
+        await ledger.record(
+            tenant="t/a",
+            model="m",
+            pool="t/p",
+            outcome="served",
+            prompt_tokens=36_000_000,
+            completion_tokens=1_800_000,
+            now=now,
+        )
+        await ledger.record(
+            tenant="t/b",
+            model="m",
+            pool="t/p",
+            outcome="cancelled",
+            prompt_tokens=3_600_000,
+            completion_tokens=360_000,
+            now=now,
+        )
+        await ledger.close()
+
+    asyncio.run(record())
+    plain = json.loads(_cli("--redis", redis.url, *WINDOW, "-o", "json"))
+    assert [(r["tenant"], r["outcome"], r["prompt_tokens"]) for r in plain] == [
+        ("t/a", "served", 36_000_000),
+        ("t/b", "cancelled", 3_600_000),
+    ]
+    only_b = json.loads(_cli("--redis", redis.url, *WINDOW, "--tenant", "t/b", "-o", "json"))
+    assert [r["tenant"] for r in only_b] == ["t/b"]
+    # The hand-computed case of tests/unit/test_cost.py through the ledger: 2 GPU-hours at
+    # 2.00, benched 10k prompt / 1k output tokens per second → a 3.00, b 0.40, idle 0.60.
+    png = tmp_path / "cost.png"
+    priced = json.loads(
+        _cli(
+            "--redis",
+            redis.url,
+            *WINDOW,
+            "-o",
+            "json",
+            "--cost",
+            "--price",
+            "t/p=2.0:1:10000:1000",
+            "--ready-gpus",
+            "t/p=2.0",
+            "--plot",
+            str(png),
+        )
+    )
+    by_tenant = {r["tenant"]: r for r in priced}
+    assert by_tenant["t/a"]["cost"] == pytest.approx(3.0)
+    assert by_tenant["t/a"]["per_request"] == pytest.approx(3.0)
+    assert (
+        by_tenant["t/b"]["cost"] == pytest.approx(0.4) and by_tenant["t/b"]["per_request"] is None
+    )
+    assert by_tenant["(idle)"]["cost"] == pytest.approx(0.6)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = _cli(
+        "--redis",
+        redis.url,
+        *WINDOW,
+        "--cost",
+        "--price",
+        "t/p=2.0:1:10000:1000",
+        "--ready-gpus",
+        "t/p=2.0",
+    )
+    assert table.splitlines()[0].split()[:3] == ["TENANT", "MODEL", "OUTCOME"]
