@@ -5,10 +5,10 @@ are written once it is back, and the Prometheus counters agree with the ledger."
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import subprocess
 import sys
-import datetime
 from collections.abc import Iterator
 from pathlib import Path
 
