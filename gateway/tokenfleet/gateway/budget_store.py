@@ -80,8 +80,8 @@ class BudgetStore:
 
     async def settle(self, held: Held, *, used: int) -> int:
         """Correct the hold to what the request used; the period's count after."""
-        if held.amount == 0 and used == 0:
-            return 0
+        if not held.key or (held.amount == 0 and used == 0):
+            return 0  # no budget, or refused: nothing was held
         delta = used - held.amount
         if self._script is None:
             tally = self._local.setdefault(held.key, budget.Tally())

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import itertools
 import json
 import logging
@@ -29,7 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tokenfleet.gateway import attempts, proxy
+from tokenfleet.gateway import attempts, budget_store, proxy
 from tokenfleet.gateway.catalog import Catalog, Model, Pool, Tenant
 from tokenfleet.gateway.intake import authenticate, parse_body, reject
 from tokenfleet.gateway.policy import admission, bodies, deadlines, fallback, routing, usage
@@ -37,8 +38,13 @@ from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.policy.salt import cache_salt
 from tokenfleet.gateway.state import STATE, GatewayState
 
+UTC = datetime.UTC
 access_log = logging.getLogger("tokenfleet.gateway.access")
 FALLBACK_HEADER = "X-TokenFleet-Fallback-From"
+#: Set when the tenant's budget is spent and its action served the request anyway.
+BUDGET_HEADER = "X-TokenFleet-Budget"
+#: The model the request asked for, when a spent Downgrade budget served another.
+DOWNGRADE_HEADER = "X-TokenFleet-Downgraded-From"
 
 
 def resolve(catalog: Catalog, tenant: Tenant, name: str) -> Model | Rejected:
@@ -186,13 +192,74 @@ class Completion:
         )
         if isinstance(reservation, Rejected):
             return reservation
+        answered: Answered | Rejected | None = None
+        hold: budget_store.Held | None = None
         try:
+            budgeted = await self.budgeted(admitted)  # ...its budget (may downgrade the model)...
+            if isinstance(budgeted, Rejected):
+                return budgeted
+            admitted, hold = budgeted
             answered = await self.served(admitted)  # ...the pool's queue, 5 route, 6 proxy
             if isinstance(answered, Rejected):
                 return answered
             return self.observe(admitted, answered)  # 7 observe
         finally:
             await self.state.quotas.settle(reservation, self.used_tokens)
+            if hold is not None:
+                await self.state.budgets.settle(hold, used=self.used_tokens)
+                await self.record_usage(admitted, answered)
+
+    async def budgeted(
+        self, admitted: Admitted
+    ) -> tuple[Admitted, budget_store.Held | None] | Rejected:
+        """Step 4's budget: Reject refuses (429 until the reset), Downgrade re-places the
+        request on the budget's cheaper model, Notify serves and says so in a header."""
+        spec = admitted.tenant.budget
+        if spec is None or spec.tokens is None:  # currency budgets: priced by the operator
+            return admitted, budget_store.Held(key="", amount=0, ttl=0)
+        amount = usage.reservation(
+            prompt_tokens=admitted.parsed.prompt_tokens, max_tokens=admitted.max_tokens
+        )
+        verdict, hold = await self.state.budgets.reserve(
+            tenant=admitted.tenant.key, spec=spec, amount=amount, now=datetime.datetime.now(UTC)
+        )
+        if not verdict.serve:
+            return Rejected(
+                reason=Reason.DAILY_QUOTA, retry_after=verdict.retry_after, message=verdict.message
+            )
+        if verdict.exceeded:
+            self.headers[BUDGET_HEADER] = "exceeded"
+            self.log["budget"] = verdict.message
+        if verdict.model is None:
+            return admitted, hold
+        parsed = dataclasses.replace(admitted.parsed, model=verdict.model)
+        target = place(self.state.catalog, admitted.tenant, parsed)
+        if isinstance(target, Rejected):
+            await self.state.budgets.settle(hold, used=0)
+            return target
+        self.headers[DOWNGRADE_HEADER] = admitted.primary.model.name
+        self.log.update(downgraded_from=admitted.primary.model.name, model=verdict.model)
+        return dataclasses.replace(admitted, parsed=parsed, primary=target, fallback=None), hold
+
+    async def record_usage(self, admitted: Admitted, answered: Answered | Rejected | None) -> None:
+        """The usage ledger's one entry for this request, with how it ended."""
+        if self.state.usage is None:
+            return
+        if answered is None:
+            outcome = "cancelled"  # the client left (or the budget step refused: not reached)
+        elif isinstance(answered, Rejected):
+            outcome = "shed"
+        else:
+            outcome = "served" if self.log.get("outcome") == "served" else "failed"
+        target = answered.target if isinstance(answered, Answered) else admitted.primary
+        await self.state.usage.record(
+            tenant=admitted.tenant.key,
+            model=target.model.name,
+            pool=target.pool.key,
+            outcome=outcome,
+            prompt_tokens=int(self.log.get("prompt_tokens", 0)),
+            completion_tokens=int(self.log.get("completion_tokens", 0)),
+        )
 
     async def admit(self) -> Admitted | Rejected:
         """Steps 1-3: who asks, for which model and pool, in which class, by when."""
