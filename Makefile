@@ -10,9 +10,10 @@ ROOTS  := api operator gateway worker-image fleet devstack
 export TOKENFLEET_CACHE ?= $(HOME)/.cache/tokenfleet
 # Debian packages the platform runs (and gcc for make native), as command:package
 # (tools/preflight.sh installs them).
-export TOKENFLEET_APT := redis-server:redis-server prometheus:prometheus gcc:build-essential
+# Prometheus is not among them: Debian's cannot discover pods; tools/build.sh builds it.
+export TOKENFLEET_APT := redis-server:redis-server gcc:build-essential
 
-.PHONY: help up down status test unit integration lint crds manifests bench clean preflight binaries native
+.PHONY: help up down status test unit integration lint crds manifests monitoring bench clean preflight binaries native
 
 help:
 	@echo "make up      start the local platform (control plane, simulated GPU nodes, node agent)"
@@ -21,6 +22,7 @@ help:
 	@echo "make lint    ruff, mypy --strict, import-linter"
 	@echo "make crds    re-render crds/ (and the chart's copy) from tokenfleet.api"
 	@echo "make manifests  re-render manifests/ from charts/tokenfleet (helm template)"
+	@echo "make monitoring  re-render monitoring/rendered/ (PodMonitors, rules, dashboards)"
 	@echo "make native  compile the hot paths with mypyc (make up and make test do it)"
 	@echo "make bench   benchmarks (figures, side by side with peers)"
 	@echo "make clean   stop and remove .tokenfleet/ state (keeps the binary cache)"
@@ -60,6 +62,12 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 	$(PY) -m tokenfleet.api.crd --check crds
 	$(PY) -m tokenfleet.api.crd --check charts/tokenfleet/crds
+	$(PY) -m tokenfleet.devstack.monitoring --check monitoring
+
+# Scrape jobs, rules and dashboards are written once in monitoring/; this renders what each kind
+# of Prometheus/Grafana installation consumes (a unit test fails when it is stale).
+monitoring: $(VENV)/.installed
+	$(PY) -m tokenfleet.devstack.monitoring --write monitoring
 
 unit: $(VENV)/.installed native
 	$(PY) -m pytest tests/unit

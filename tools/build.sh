@@ -74,6 +74,13 @@ OUT_NAME=etcd in_background etcd go.etcd.io/etcd/server/v3 go.etcd.io/etcd/serve
 in_background kwok sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok
 in_background sim github.com/llm-d/llm-d-inference-sim github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim
 LDFLAGS="-X helm.sh/helm/v4/internal/version.version=$(modver helm helm.sh/helm/v4) -X helm.sh/helm/v4/internal/version.gitTreeState=clean" in_background helm helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm
+# Prometheus with Kubernetes pod discovery (Debian's package has it patched out) and its promtool;
+# only that discovery is compiled in. Module v0.316.0 is Prometheus 3.16.0.
+IFS=. read -r _ prom_minor prom_patch <<<"$(modver prometheus github.com/prometheus/prometheus)"
+GOFLAGS="-tags=remove_all_sd,enable_kubernetes_sd" \
+LDFLAGS="-X github.com/prometheus/common/version.Version=$((prom_minor / 100)).$((prom_minor % 100)).$prom_patch" \
+  in_background prometheus github.com/prometheus/prometheus \
+  github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 [ "$failed" = 0 ] || { echo "error: a binary set failed to build (see the lines above)" >&2; exit 1; }

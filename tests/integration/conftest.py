@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from support.cluster import Cluster, namespace, start_stack, stop_stack
+from support.cluster import Cluster, namespace, scraped, start_stack, stop_stack
+from support.gateway import free_port
 from support.operator import running_operator, service_account_kubeconfig
 
 
@@ -46,8 +47,15 @@ def operator(
     cluster: Cluster, operator_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[subprocess.Popen[bytes]]:
     log = tmp_path_factory.mktemp("oplog") / "operator.log"
-    with running_operator(
-        operator_kubeconfig, log, prometheus=cluster.info["prometheus"]
-    ) as process:
+    metrics = free_port()  # its /metrics, scraped by the stack's Prometheus as in a cluster
+    with (
+        running_operator(
+            operator_kubeconfig,
+            log,
+            prometheus=cluster.info["prometheus"],
+            env={"TOKENFLEET_METRICS_PORT": str(metrics)},
+        ) as process,
+        scraped(cluster, job="tokenfleet-operator", port=metrics),
+    ):
         yield process
     assert "Traceback" not in log.read_text(), log.read_text()[-3000:]

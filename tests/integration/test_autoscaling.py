@@ -6,7 +6,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import itertools
-import json
 import os
 import signal
 import subprocess
@@ -18,7 +17,7 @@ from typing import Any
 import openai
 from prometheus_api_client import PrometheusConnect
 
-from support.cluster import Cluster, wait_for
+from support.cluster import Cluster, scraped, wait_for
 from support.gateway import running, start_gateway
 from support.objects import manifest
 from support.operator import service_account_kubeconfig
@@ -262,13 +261,12 @@ def test_queue_age_at_the_gateway_scales_up_within_two_intervals(
     kubeconfig = service_account_kubeconfig(
         cluster, tmp_path / "gw-kubeconfig", component="gateway", account="tokenfleet-gateway"
     )
-    with running(
-        start_gateway(tmp_path, None, env={"KUBECONFIG": str(kubeconfig)}, ready=False)
-    ) as g:
-        # Prometheus picks up any targets-*.json in its folder: scrape this gateway too
-        (cluster.state_dir / "prometheus" / f"targets-gateway-{g.port}.json").write_text(
-            json.dumps([{"targets": [f"127.0.0.1:{g.port}"], "labels": {"role": "gateway"}}])
-        )
+    with (
+        running(
+            start_gateway(tmp_path, None, env={"KUBECONFIG": str(kubeconfig)}, ready=False)
+        ) as g,
+        scraped(cluster, job="tokenfleet-gateway", port=g.port),
+    ):
         client = openai.OpenAI(
             base_url=f"http://127.0.0.1:{g.port}/v1", api_key=key, max_retries=0, timeout=60
         )

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from support.cluster import REPO, Cluster, wait_for
+from support.cluster import REPO, Cluster, scraped, wait_for
 from support.gateway import Gateway, running, start_gateway
 from support.objects import manifest
 from support.operator import running_operator, service_account_kubeconfig
@@ -141,20 +141,16 @@ def rollout_operator(
 def gateway(
     cluster: Cluster, tmp_path_factory: pytest.TempPathFactory, rollout_operator: Operator
 ) -> Iterator[Gateway]:
-    """A gateway in Kubernetes mode, scraped by the stack's Prometheus (a file_sd target)."""
+    """A gateway in Kubernetes mode, scraped by the stack's Prometheus (pod discovery)."""
     folder = tmp_path_factory.mktemp("rollgw")
     kubeconfig = service_account_kubeconfig(
         cluster, folder / "kubeconfig", component="gateway", account="tokenfleet-gateway"
     )
-    with running(
-        start_gateway(folder, None, env={"KUBECONFIG": str(kubeconfig)}, ready=False)
-    ) as g:
-        target = cluster.state_dir / "prometheus" / f"targets-gateway-{g.port}.json"
-        target.write_text(json.dumps([{"targets": [f"127.0.0.1:{g.port}"], "labels": {}}]))
-        try:
-            yield g
-        finally:
-            target.unlink(missing_ok=True)
+    with (
+        running(start_gateway(folder, None, env={"KUBECONFIG": str(kubeconfig)}, ready=False)) as g,
+        scraped(cluster, job="tokenfleet-gateway", port=g.port),
+    ):
+        yield g
 
 
 def create_key(cluster: Cluster, ns: str, tenant: str) -> str:

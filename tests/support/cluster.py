@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -173,3 +175,35 @@ def namespace(cluster: Cluster, name: str) -> Iterator[str]:
         yield name
     finally:
         cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@contextlib.contextmanager
+def scraped(cluster: Cluster, *, job: str, port: int) -> Iterator[None]:
+    """Make a host process on 127.0.0.1:``port`` a target of the shipped scrape ``job``: the
+    local stack's Prometheus finds it through pod discovery, as it finds a real replica."""
+    from tokenfleet.devstack import prometheus
+
+    nodes = cluster.get("nodes", "-l", "tokenfleet.io/simulated-node=true")["items"]
+    node = sorted(n["metadata"]["name"] for n in nodes)[0]
+    cluster.kubectl(
+        "apply", "-f", str(REPO / "manifests" / "base" / "namespace" / "namespace.yaml")
+    )
+    pod = prometheus.host_pod(job=job, name=f"local-{job}-{port}", port=port, node=node)
+    cluster.apply(pod)
+    # Discovery takes a few seconds (Prometheus batches target updates every 5 s): a test that
+    # starts its load at once must not outrun its first scrape.
+    up = f'up{{job="{job}",pod="{pod["metadata"]["name"]}"}} == 1'
+    wait_for(f"Prometheus to scrape {job} on {port}", lambda: _query(cluster, up), timeout=60)
+    try:
+        yield
+    finally:
+        meta = pod["metadata"]
+        cluster.kubectl(
+            "delete", "pod", meta["name"], "-n", meta["namespace"], "--wait=false", check=False
+        )
+
+
+def _query(cluster: Cluster, promql: str) -> list[Any]:
+    url = f"{cluster.info['prometheus']}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return list(json.loads(response.read())["data"]["result"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
@@ -100,11 +101,46 @@ class Artifact(Model):
     trust: TrustPolicy = Field(description="Who may sign the artifact.")
 
 
+#: A Kubernetes resource quantity such as "8", "500m", "64Gi".
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
+
+
+class LoraLimits(Model):
+    """LoRA adapters on this engine: vLLM's --enable-lora and its slot limits."""
+
+    max_loras: int = Field(
+        default=8, ge=1, le=256, description="Adapters loaded on the GPU at once (--max-loras)."
+    )
+    max_lora_rank: int = Field(
+        default=16, ge=1, le=512, description="Highest adapter rank accepted (--max-lora-rank)."
+    )
+    max_cpu_loras: int | None = Field(
+        default=None,
+        ge=1,
+        description="Adapters kept in CPU memory for a fast swap-in (--max-cpu-loras); unset "
+        "uses vLLM's default (max_loras).",
+    )
+
+
+class WorkerResources(Model):
+    """CPU and memory the worker container requests beside its GPUs."""
+
+    cpu: str | None = Field(
+        default=None, pattern=QUANTITY, description='CPU request, e.g. "8" or "7500m".'
+    )
+    memory: str | None = Field(
+        default=None,
+        pattern=QUANTITY,
+        description='Memory request and limit, e.g. "64Gi" (weights are staged through host '
+        "memory: size it above the model's size).",
+    )
+
+
 class Engine(Model):
-    """vLLM settings rendered into the worker pod's `vllm serve` arguments."""
+    """vLLM settings rendered into the worker pod's `vllm serve` arguments (vLLM 0.33)."""
 
     image: str = Field(
-        default="ghcr.io/tokenfleet/worker:vllm-v0.11.0",
+        default="ghcr.io/tokenfleet/worker:vllm-v0.33.0",
         description="Worker image: vllm/vllm-openai plus the verify-then-serve entrypoint.",
     )
     max_model_len: int | None = Field(
@@ -120,9 +156,56 @@ class Engine(Model):
     max_num_seqs: int | None = Field(
         default=None, ge=1, description="Most sequences batched at once; unset uses vLLM's default."
     )
+    max_num_batched_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tokens one engine step may schedule (prefill chunk plus decodes); lower "
+        "keeps inter-token latency steady under long prompts. Unset uses vLLM's default.",
+    )
+    enable_chunked_prefill: bool | None = Field(
+        default=None,
+        description="Split long prompts across engine steps so decodes keep flowing; unset uses "
+        "vLLM's default (on).",
+    )
+    quantization: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9_]+$",
+        description='Weight quantization method, e.g. "fp8", "awq", "gptq" (--quantization); '
+        "unset reads it from the model's config.",
+    )
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] | None = Field(
+        default=None, description="Weights and activations dtype; unset is vLLM's auto."
+    )
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] | None = Field(
+        default=None,
+        description="KV-cache dtype; fp8 halves KV memory (more concurrent sequences).",
+    )
+    speculative_config: str | None = Field(
+        default=None,
+        min_length=2,
+        description="Speculative decoding, as vLLM's --speculative-config JSON object, e.g. "
+        '{"method": "ngram", "num_speculative_tokens": 4} (passed through as written).',
+    )
+    lora: LoraLimits | None = Field(
+        default=None, description="Serve LoRA adapters: --enable-lora with these slot limits."
+    )
+    resources: WorkerResources | None = Field(
+        default=None, description="CPU and memory requests of the worker container."
+    )
     extra_args: list[str] = Field(
         default_factory=list, description="More `vllm serve` arguments, passed as given."
     )
+
+    @model_validator(mode="after")
+    def _speculative_config_is_a_json_object(self) -> Engine:
+        if self.speculative_config is not None:
+            try:
+                parsed = json.loads(self.speculative_config)
+            except ValueError as exc:
+                raise ValueError(f"speculativeConfig is not JSON: {exc}") from exc
+            if not isinstance(parsed, dict):
+                raise ValueError("speculativeConfig must be a JSON object")
+        return self
 
 
 class CanaryStep(Model):

@@ -29,7 +29,7 @@ from typing import Any
 import aiohttp
 
 from tokenfleet.api import labels
-from tokenfleet.devstack import processes, prometheus, simulated
+from tokenfleet.devstack import processes, simulated
 from tokenfleet.kubeapi import ApiError, KubeApi, Obj
 from tokenfleet.signing.verdict import Reason, Verdict
 
@@ -117,9 +117,7 @@ class RunningSim:
 class NodeAgent:
     """Watches nodes and pods; keeps one simulator per eligible pod."""
 
-    def __init__(
-        self, *, api: KubeApi, sim_binary: Path, logs: Path, targets_dir: Path | None = None
-    ) -> None:
+    def __init__(self, *, api: KubeApi, sim_binary: Path, logs: Path) -> None:
         self._api = api
         self._sim_binary = sim_binary
         self._logs = logs
@@ -130,8 +128,6 @@ class NodeAgent:
         self._not_before: dict[str, float] = {}  # pod uid → monotonic time of the next start
         self._wake = asyncio.Event()
         self._session: aiohttp.ClientSession | None = None
-        self._targets_dir = targets_dir
-        self._published = ""
         self._verdicts: dict[str, Verdict] = {}  # pod uid → artifact verdict (opted-in pods)
         self._verifying: dict[str, asyncio.Task[None]] = {}
 
@@ -227,7 +223,6 @@ class NodeAgent:
             due = time.monotonic() >= self._not_before.get(uid, 0.0)
             if uid not in self._sims and due and self._verified(uid):
                 await self._start(spec)
-        self._publish_targets()
         self._forget_gone_pods()
 
     def _forget_gone_pods(self) -> None:
@@ -303,26 +298,6 @@ class NodeAgent:
         data = base64.b64decode(secret["data"][check.secret_key], validate=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-
-    def _publish_targets(self) -> None:
-        """Running simulators as Prometheus file_sd targets (only when they changed)."""
-        if self._targets_dir is None:
-            return
-        text = prometheus.targets(
-            (
-                s.spec.pod_ip,
-                s.spec.port,
-                {
-                    **dict(s.spec.pod_labels),
-                    "__namespace": s.spec.pod_key.split("/")[0],
-                    "__pod": s.spec.pod_key.split("/")[1],
-                },
-            )
-            for s in self._sims.values()
-        )
-        if text != self._published:
-            prometheus.write_targets(self._targets_dir, text)
-            self._published = text
 
     async def _start(self, spec: simulated.SimSpec) -> None:
         listen = processes.free_port()

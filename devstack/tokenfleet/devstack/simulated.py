@@ -31,7 +31,6 @@ class SimSpec:
     model: str
     served_names: tuple[str, ...]
     extra_args: tuple[str, ...]
-    pod_labels: tuple[tuple[str, str], ...] = ()  # for Prometheus target labels
     cold_start_seconds: float = 0.0  # loading time before the engine may answer
 
     def env(self) -> dict[str, str]:
@@ -130,7 +129,6 @@ def sim_spec(pod: dict[str, Any]) -> SimSpec | None:
         model=model,
         served_names=served,
         extra_args=passed + extra,
-        pod_labels=tuple(sorted(meta.get("labels", {}).items())),
         cold_start_seconds=cold_start,
     )
 

@@ -181,7 +181,6 @@ class Stack:
                     api=api,
                     sim_binary=self.options.bin_dir / "llm-d-inference-sim",
                     logs=self.files.logs,
-                    targets_dir=self.options.state_dir / "prometheus",
                 )
                 agent_task = asyncio.create_task(agent.run())
                 if self.options.operator or self.options.platform:
@@ -290,20 +289,30 @@ class Stack:
                 raise StackError(f"{' '.join(argv[1:3])} failed: {done.stderr.strip()}")
 
     async def _start_prometheus(self, token: str, session: aiohttp.ClientSession) -> None:
-        """Scrapes the simulators (targets written by the node agent) and the gateway, every 1 s."""
+        """The shipped scrape jobs and rules (tokenfleet.devstack.prometheus), every 1 s,
+        discovering pods through this stack's API server."""
         folder = self.options.state_dir / "prometheus"
         folder.mkdir(parents=True, exist_ok=True)
-        prometheus.write_targets(folder, "[]")
+        rules = folder / "rules.yaml"
+        rules.write_text(prometheus.rules())
         config = folder / "prometheus.yml"
-        gateway = self.ports.gateway if self.options.platform else None
-        config.write_text(prometheus.config(targets_dir=folder, gateway_port=gateway))
+        config.write_text(prometheus.config(kubeconfig=self.files.kubeconfig, rule_files=[rules]))
         argv = prometheus.argv(
-            config_file=config, data_dir=folder / "data", port=self.ports.prometheus
+            bin_dir=self.options.bin_dir,
+            config_file=config,
+            data_dir=folder / "data",
+            port=self.ports.prometheus,
         )
         health = f"http://127.0.0.1:{self.ports.prometheus}/-/ready"
         await self._start(
             controlplane.Component(name="prometheus", argv=argv, health_url=health), token, session
         )
+
+    def _register_host_process(self, job: str, port: int) -> None:
+        """A host process as the Pod Prometheus' pod discovery finds (see prometheus.py)."""
+        node = nodes.manifests(self.options.shape)[0]["metadata"]["name"]
+        pod = prometheus.host_pod(job=job, name=f"local-{job}", port=port, node=node)
+        self._kubectl("apply", "-f", "-", stdin=json.dumps(pod))
 
     def _kubectl(self, *args: str, stdin: str | None = None) -> str:
         """kubectl as the admin user."""
@@ -327,6 +336,7 @@ class Stack:
             pki.kubeconfig(server=self.server, token=token, user="tokenfleet-operator")
         )
         config.chmod(0o600)
+        metrics_port = processes.free_port()
         self._children.append(
             processes.spawn(
                 "tokenfleet-operator",
@@ -335,9 +345,11 @@ class Stack:
                 env={
                     "KUBECONFIG": str(config),
                     "TOKENFLEET_PROMETHEUS_URL": f"http://127.0.0.1:{self.ports.prometheus}",
+                    "TOKENFLEET_METRICS_PORT": str(metrics_port),
                 },
             )
         )
+        self._register_host_process("tokenfleet-operator", metrics_port)
 
     def _account_kubeconfig(self, component: str) -> Path:
         """RBAC of manifests/<component> (not its Deployment: it runs here as a process) and a
@@ -367,6 +379,9 @@ class Stack:
             redis_port=self.ports.redis,
         )
         await self._start(gateway, "", session)
+        await asyncio.to_thread(
+            self._register_host_process, "tokenfleet-gateway", self.ports.gateway
+        )
         await asyncio.to_thread(self._kubectl, "apply", "-f", "-", stdin=platform.DEV_TENANT_YAML)
         await platform.ensure_dev_key(self.options.state_dir, self.files.kubeconfig)
         examples = REPO / "examples"

@@ -24,6 +24,10 @@ class OperatorConfig:
     Prometheus' rate() needs several scrapes inside the window: 60 s suits the usual 15 s
     scrape interval; the local stack scrapes every second and tests use a few seconds."""
 
+    metrics_port: int = 0
+    """Where the operator serves its own /metrics (fleet state per pool and model, for the
+    shipped PodMonitor's ``metrics`` port); 0: not served."""
+
     @classmethod
     def from_env(cls) -> OperatorConfig:
         return cls(
@@ -32,4 +36,5 @@ class OperatorConfig:
             analysis_window_seconds=float(
                 os.environ.get("TOKENFLEET_ANALYSIS_WINDOW_SECONDS", "60")
             ),
+            metrics_port=int(os.environ.get("TOKENFLEET_METRICS_PORT", "0")),
         )

@@ -26,6 +26,7 @@ from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import AutoscalingStatus, InferencePoolSpec, InferencePoolStatus
 from tokenfleet.operator import k8s
 from tokenfleet.operator.config import OperatorConfig
+from tokenfleet.operator.exporter import Exporter
 from tokenfleet.operator.k8s import Kube
 from tokenfleet.operator.plan import (
     autoscaling_status,
@@ -87,8 +88,10 @@ class Reconciler:
         indexes: Indexes,
         config: OperatorConfig,
         signals: PrometheusSignals | None = None,
+        exporter: Exporter | None = None,
     ) -> None:
         self.kube = kube
+        self.exporter = exporter  # None: fleet state is not exported (tests of the loop)
         self.signals = signals  # None: no Prometheus, so the bounds alone decide
         self.scaling: dict[str, scaling.State] = {}
         self.indexes = indexes
@@ -121,6 +124,16 @@ class Reconciler:
                 body=body, now=now, key_secrets=key_secrets
             )
             await self._guarded(body, self._report(body, "Tenant", status.to_wire(), events, now))
+        if self.exporter is not None:
+            self.exporter.retain(
+                (kind, b["metadata"]["namespace"], b["metadata"]["name"])
+                for kind, index in (
+                    ("InferencePool", self.indexes.pools),
+                    ("ModelDeployment", self.indexes.models),
+                    ("Tenant", self.indexes.tenants),
+                )
+                for b in _bodies(index)
+            )
 
     async def _key_secrets(self) -> dict[tuple[str, str], frozenset[str]] | None:
         """Data entry names of the labelled key Secrets (metadata only); None if unreadable,
@@ -350,6 +363,8 @@ class Reconciler:
         """Patch ``status`` (wire form: the planner's typed status, dumped by the caller) when
         it differs from what is stored, and post the events."""
         meta = body["metadata"]
+        if self.exporter is not None:
+            self.exporter.observe(kind, body, status)
         if status != (body.get("status") or {}):
             await asyncio.to_thread(
                 self.kube.patch_status, kind, meta["namespace"], meta["name"], status

@@ -11,6 +11,7 @@ import kopf
 
 from tokenfleet.operator import leadership
 from tokenfleet.operator.config import OperatorConfig
+from tokenfleet.operator.exporter import Exporter
 from tokenfleet.operator.k8s import Kube
 from tokenfleet.operator.loop import Indexes, Reconciler
 from tokenfleet.operator.signals_source import PrometheusSignals
@@ -37,7 +38,12 @@ async def start(*, settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     # every write is fenced by the same Lease.
     election: leadership.Election | None = memo.get("election")
     kube = leadership.fenced_kube(election) if election else Kube.connect()
-    reconciler = Reconciler(kube=kube, indexes=indexes, config=config, signals=signals)
+    exporter = Exporter()
+    if config.metrics_port:
+        exporter.serve(config.metrics_port)
+    reconciler = Reconciler(
+        kube=kube, indexes=indexes, config=config, signals=signals, exporter=exporter
+    )
     memo.reconciler = reconciler
     memo.loop_task = asyncio.create_task(
         election.lead(reconciler.run) if election else reconciler.run()

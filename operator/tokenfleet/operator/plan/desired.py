@@ -87,7 +87,36 @@ def serve_args(spec: ModelDeploymentSpec) -> list[str]:
         args += ["--max-model-len", str(engine.max_model_len)]
     if engine.max_num_seqs is not None:
         args += ["--max-num-seqs", str(engine.max_num_seqs)]
+    if engine.max_num_batched_tokens is not None:
+        args += ["--max-num-batched-tokens", str(engine.max_num_batched_tokens)]
+    if engine.enable_chunked_prefill is not None:
+        on = engine.enable_chunked_prefill
+        args.append("--enable-chunked-prefill" if on else "--no-enable-chunked-prefill")
+    for flag, value in (
+        ("--quantization", engine.quantization),
+        ("--dtype", engine.dtype),
+        ("--kv-cache-dtype", engine.kv_cache_dtype),
+        ("--speculative-config", engine.speculative_config),
+    ):
+        if value is not None:
+            args += [flag, value]
+    if engine.lora is not None:
+        args += ["--enable-lora", "--max-loras", str(engine.lora.max_loras)]
+        args += ["--max-lora-rank", str(engine.lora.max_lora_rank)]
+        if engine.lora.max_cpu_loras is not None:
+            args += ["--max-cpu-loras", str(engine.lora.max_cpu_loras)]
     return args + list(engine.extra_args)
+
+
+def worker_resources(spec: ModelDeploymentSpec, gpus: dict[str, str]) -> dict[str, Any]:
+    """GPUs requested and limited; CPU requested; memory requested and limited (no overcommit)."""
+    requests, limits = dict(gpus), dict(gpus)
+    wanted = spec.engine.resources
+    if wanted is not None and wanted.cpu is not None:
+        requests["cpu"] = wanted.cpu
+    if wanted is not None and wanted.memory is not None:
+        requests["memory"] = limits["memory"] = wanted.memory
+    return {"requests": requests, "limits": limits}
 
 
 def artifact_env(spec: ModelDeploymentSpec) -> list[dict[str, str]]:
@@ -189,7 +218,7 @@ def worker_deployment(
         "env": artifact_env(model),
         # The entrypoint writes a refused verdict there; vLLM's own crashes fall back to logs.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "resources": {"requests": gpus, "limits": gpus},
+        "resources": worker_resources(model, gpus),
         "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_DRAIN_SECONDS}}},
         "volumeMounts": [
             {"name": "models", "mountPath": "/models"},
