@@ -8,12 +8,17 @@ PY     := $(VENV)/bin/python
 # The source roots (one per role, see README): they must match pyproject's hatch sources.
 ROOTS  := api operator gateway worker-image fleet devstack
 export TOKENFLEET_CACHE ?= $(HOME)/.cache/tokenfleet
-# Debian packages the platform runs (and gcc for make native), as command:package
-# (tools/preflight.sh installs them).
-# Prometheus is not among them: Debian's cannot discover pods; tools/build.sh builds it.
-export TOKENFLEET_APT := redis-server:redis-server gcc:build-essential
+# Debian packages the platform runs (and gcc for make native and the static pause binary), as
+# command:package (tools/preflight.sh installs them). Prometheus is not among them: Debian's
+# cannot discover pods; tools/build.sh builds it. The real node needs runc (crun fails on this
+# hybrid cgroup layout), the CNI plugins (bridge, host-local, loopback) and iptables (the kubelet's
+# canary chains); the images are built with podman/buildah on a base bootstrapped by mmdebstrap.
+export TOKENFLEET_APT := redis-server:redis-server gcc:build-essential \
+  podman:podman buildah:buildah runc:runc mmdebstrap:mmdebstrap iptables:iptables \
+  /usr/lib/cni/bridge:containernetworking-plugins
 
-.PHONY: help up down status test unit integration lint crds manifests monitoring bench clean preflight binaries native
+.PHONY: help up down status test unit integration lint crds manifests monitoring bench clean \
+  preflight binaries native images locks
 
 help:
 	@echo "make up      start the local platform (control plane, simulated GPU nodes, node agent)"
@@ -23,6 +28,7 @@ help:
 	@echo "make crds    re-render crds/ (and the chart's copy) from tokenfleet.api"
 	@echo "make manifests  re-render manifests/ from charts/tokenfleet (helm template)"
 	@echo "make monitoring  re-render monitoring/rendered/ (PodMonitors, rules, dashboards)"
+	@echo "make images  build the container images (podman; cached)"
 	@echo "make native  compile the hot paths with mypyc (make up and make test do it)"
 	@echo "make bench   benchmarks (figures, side by side with peers)"
 	@echo "make clean   stop and remove .tokenfleet/ state (keeps the binary cache)"
@@ -42,12 +48,25 @@ binaries: preflight
 	@echo "building control-plane binaries and helm (cached in $(TOKENFLEET_CACHE)/bin) ..."
 	@tools/build.sh >/dev/null
 
+# Container images (TokenFleet, the worker simulator, the real node's pause image), built with
+# podman on a Debian base bootstrapped with mmdebstrap; cached per user by a hash of their inputs.
+images: binaries $(VENV)/.installed
+	@echo "building container images (cached in $(TOKENFLEET_CACHE)/images) ..."
+	@PYTHON=$(PY) tools/images.sh >/dev/null
+
+# The images' dependency locks (hashes included) from pyproject.toml and the worker's inputs.
+LOCK := $(VENV)/bin/uv pip compile --universal --python-version 3.11 --generate-hashes --quiet \
+  --custom-compile-command "make locks"
+locks: $(VENV)/.installed
+	$(LOCK) pyproject.toml -o images/tokenfleet/requirements.lock
+	$(LOCK) images/worker-sim/requirements.in -o images/worker-sim/requirements.lock
+
 # The routing, admission and simulator cores compiled with mypyc (tokenfleet.native): cached per
 # user, keyed by their sources; without it they run interpreted, about 2.5x slower.
 native: $(VENV)/.installed
 	@$(PY) tools/build_native.py
 
-up: $(VENV)/.installed binaries native
+up: $(VENV)/.installed binaries images native
 	@$(PY) -m tokenfleet.devstack up
 
 down: $(VENV)/.installed

@@ -37,16 +37,18 @@ build_set() { # name module-path import-paths...
     local start=$SECONDS
     rm -rf "$out.tmp" && mkdir -p "$out.tmp"
     # OUT_NAME names a single binary whose package directory gives the wrong name (etcd's "v3").
-    (cd "$here/$name" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w ${LDFLAGS:-}" \
-      -o "$out.tmp/${OUT_NAME:-}" "$@")
+    (cd "$here/$name" && CGO_ENABLED=0 go build -trimpath -tags "${TAGS:-}" \
+      -ldflags "-s -w ${LDFLAGS:-}" -o "$out.tmp/${OUT_NAME:-}" "$@")
     rm -rf "$out" && mv "$out.tmp" "$out" && touch "$out/.complete"
     echo "  $name: built in $((SECONDS - start)) s" >&2
   fi
   for f in "$out"/*; do ln -sfn "$f" "$cache/bin/current/$(basename "$f")"; done
   # A binary that cannot print its version is broken (for example, an unstamped Kubernetes
   # binary panics at start-up): fail here rather than in the middle of `make up`.
+  # (containerd's shim only knows Go's single-dash -v.)
   for f in "$out"/*; do "$f" --version >/dev/null 2>&1 || "$f" version --client >/dev/null 2>&1 \
-    || "$f" version >/dev/null 2>&1 || { echo "error: $f does not run; delete $out and build again" >&2; exit 1; }; done
+    || "$f" version >/dev/null 2>&1 || "$f" -v >/dev/null 2>&1 \
+    || { echo "error: $f does not run; delete $out and build again" >&2; exit 1; }; done
 }
 
 mkdir -p "$cache/bin/current"
@@ -69,7 +71,7 @@ in_background() { # name args...: build_set in the background, its stderr prefix
 }
 LDFLAGS=$stamp in_background k8s k8s.io/kubernetes \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet
 OUT_NAME=etcd in_background etcd go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
 in_background kwok sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok
 in_background sim github.com/llm-d/llm-d-inference-sim github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim
@@ -77,10 +79,14 @@ LDFLAGS="-X helm.sh/helm/v4/internal/version.version=$(modver helm helm.sh/helm/
 # Prometheus with Kubernetes pod discovery (Debian's package has it patched out) and its promtool;
 # only that discovery is compiled in. Module v0.316.0 is Prometheus 3.16.0.
 IFS=. read -r _ prom_minor prom_patch <<<"$(modver prometheus github.com/prometheus/prometheus)"
-GOFLAGS="-tags=remove_all_sd,enable_kubernetes_sd" \
+TAGS=remove_all_sd,enable_kubernetes_sd \
 LDFLAGS="-X github.com/prometheus/common/version.Version=$((prom_minor / 100)).$((prom_minor % 100)).$prom_patch" \
   in_background prometheus github.com/prometheus/prometheus \
   github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
+# The real node's runtime. The snapshotters we do not use need cgo or kernel headers: left out.
+ctd=github.com/containerd/containerd/v2
+TAGS=no_btrfs,no_devmapper,no_zfs LDFLAGS="-X $ctd/version.Version=$(modver containerd $ctd)" \
+  in_background containerd $ctd $ctd/cmd/containerd $ctd/cmd/ctr $ctd/cmd/containerd-shim-runc-v2
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 [ "$failed" = 0 ] || { echo "error: a binary set failed to build (see the lines above)" >&2; exit 1; }

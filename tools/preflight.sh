@@ -22,7 +22,8 @@ elif ! "$py" -c 'import venv, ensurepip' >/dev/null 2>&1; then
   missing+=("Python's venv module: apt-get install python3-venv")
 fi
 
-# Debian packages the platform runs (command → package). Installed here when we are root.
+# Debian packages the platform runs (command → package; a command may be an absolute path, for
+# packages that put nothing on PATH). Installed here when we are root.
 declare -A apt_packages=()
 for pkg_cmd in ${TOKENFLEET_APT:-}; do apt_packages[${pkg_cmd%%:*}]=${pkg_cmd#*:}; done
 need=()

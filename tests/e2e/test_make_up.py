@@ -1,6 +1,9 @@
 """The README's journey on the whole local platform: `up` starts everything (control plane,
 simulated GPU nodes, operator, Redis, gateway, dev tenant, examples) and prints how to use it;
-the printed gateway and dev key answer the openai SDK; `down` leaves no process behind."""
+the printed gateway and dev key answer the openai SDK; `down` leaves no process behind.
+
+Twice: as `make up` runs it (a real node, TokenFleet installed from the chart as pods on it) and
+without the real node (operator, Redis and gateway as host processes)."""
 
 from __future__ import annotations
 
@@ -12,8 +15,10 @@ import sys
 from pathlib import Path
 
 import openai
+import pytest
 
 from support.cluster import BIN_DIR, REPO, alive, wait_for
+from tokenfleet.devstack import realnode
 
 
 def devstack(*args: str) -> subprocess.CompletedProcess[str]:
@@ -21,19 +26,40 @@ def devstack(*args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "tokenfleet.devstack", *args, "--bin-dir", str(BIN_DIR)],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=540,  # above devstack up's own start-up limit
         check=False,
         cwd=REPO,
     )
 
 
-def test_up_serves_the_examples_through_the_gateway_and_down_cleans_up(tmp_path: Path) -> None:
+@pytest.mark.parametrize("real_node", [True, False], ids=["chart-on-real-node", "host-processes"])
+def test_up_serves_the_examples_through_the_gateway_and_down_cleans_up(
+    tmp_path: Path, real_node: bool
+) -> None:
     state = tmp_path / "state"
-    up = devstack("up", "--state-dir", str(state), "--ports", "auto", "--pod-octet", "auto")
+    node_flag = "--real-node" if real_node else "--no-real-node"
+    up = devstack(
+        "up", "--state-dir", str(state), "--ports", "auto", "--pod-octet", "auto", node_flag
+    )
     assert up.returncode == 0, up.stdout + up.stderr
     info = json.loads((state / "stack.json").read_text())
     try:
-        assert {"tokenfleet-operator", "redis", "tokenfleet-gateway"} <= set(info["children"])
+        if real_node:
+            # The gateway turns Ready once it has seen the dev tenant and a ready worker.
+            wait_for(
+                "the chart's operator, gateway and Redis Ready on the real node",
+                lambda: (
+                    chart_pods_on_the_real_node(info["kubeconfig"])
+                    == {"operator", "gateway", "redis"}
+                ),
+                timeout=180,
+                every=2.0,
+            )
+            assert not {"tokenfleet-operator", "redis", "tokenfleet-gateway"} & set(
+                info["children"]
+            )
+        else:
+            assert {"tokenfleet-operator", "redis", "tokenfleet-gateway"} <= set(info["children"])
         url = re.search(r"curl (http://127\.0\.0\.1:\d+)/v1/chat/completions", up.stdout)
         assert url, up.stdout
         key = (state / "dev-api-key").read_text().strip()
@@ -76,3 +102,20 @@ def test_up_serves_the_examples_through_the_gateway_and_down_cleans_up(tmp_path:
     assert down.returncode == 0, down.stdout + down.stderr
     for name, pid in {"stack": info["pid"], **info["children"]}.items():
         assert wait_for(f"{name} to exit", lambda pid=pid: not alive(pid), timeout=30)
+
+
+def chart_pods_on_the_real_node(kubeconfig: str) -> set[str]:
+    """Components of the chart's Ready pods that run on the real node."""
+    done = subprocess.run(
+        [str(BIN_DIR / "kubectl"), "get", "pods", "-n", "tokenfleet-system", "-o", "json"],
+        capture_output=True, text=True, env={**os.environ, "KUBECONFIG": kubeconfig}, check=True,
+    )  # fmt: skip
+    out = set()
+    for pod in json.loads(done.stdout)["items"]:
+        ready = any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in pod.get("status", {}).get("conditions", [])
+        )
+        if ready and pod["spec"].get("nodeName") == realnode.NODE_NAME:
+            out.add(pod["metadata"]["labels"].get("app.kubernetes.io/component", "?"))
+    return out

@@ -25,7 +25,7 @@ DEFAULT_STATE = Path(".tokenfleet")
 DEFAULT_BIN = (
     Path(os.environ.get("TOKENFLEET_CACHE", Path.home() / ".cache/tokenfleet")) / "bin/current"
 )
-START_TIMEOUT_SECONDS = 180.0
+START_TIMEOUT_SECONDS = 480.0  # the real node imports images and waits for the chart's pods
 
 
 def _ports(text: str) -> controlplane.Ports | None:
@@ -48,6 +48,7 @@ def _options(args: argparse.Namespace) -> stack.Options:
     return stack.Options(
         operator=args.operator,
         platform=args.platform,
+        real_node=args.real_node,
         state_dir=args.state_dir.resolve(),
         bin_dir=args.bin_dir.resolve(),
         ports=ports,
@@ -125,6 +126,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         str(args.pod_octet),
         "--operator" if args.operator else "--no-operator",
         "--platform" if args.platform else "--no-platform",
+        "--real-node" if args.real_node else "--no-real-node",
     ]
     with log_file.open("ab") as out:
         child = subprocess.Popen(
@@ -213,6 +215,13 @@ def main(argv: list[str] | None = None) -> int:
             action=argparse.BooleanOptionalAction,
             default=name == "up",
             help="also Redis, the gateway, a dev tenant and the examples (default for up)",
+        )
+        p.add_argument(
+            "--real-node",
+            action=argparse.BooleanOptionalAction,
+            default=name == "up" and os.environ.get("TOKENFLEET_REAL_NODE", "1") != "0",
+            help="also one real kubelet node (root; one per machine; default for up unless "
+            "TOKENFLEET_REAL_NODE=0)",
         )
         p.add_argument("--nodes-per-zone", type=int, default=2)
         p.add_argument(

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from tokenfleet.api import labels
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Ports:
@@ -71,6 +73,15 @@ class Files:
         return self.pki / "tokens.csv"
 
     @property
+    def ca_cert(self) -> Path:
+        return self.pki / "ca.crt"
+
+    @property
+    def kubelet_client(self) -> tuple[Path, Path]:
+        """The API server's client certificate and key towards kubelets (logs, exec)."""
+        return self.pki / "apiserver-kubelet-client.crt", self.pki / "apiserver-kubelet-client.key"
+
+    @property
     def kubeconfig(self) -> Path:
         return self.root / "kubeconfig"
 
@@ -109,7 +120,15 @@ def apiserver(bin_dir: Path, ports: Ports, files: Files) -> list[str]:
         f"--secure-port={ports.apiserver}",
         f"--cert-dir={files.pki}",
         f"--token-auth-file={files.tokens}",
-        "--authorization-mode=RBAC",
+        # Client certificates of the stack's CA: the real node's kubelet (system:node:NAME),
+        # authorized by the Node authorizer and confined to its own objects by NodeRestriction.
+        f"--client-ca-file={files.ca_cert}",
+        "--authorization-mode=Node,RBAC",
+        "--enable-admission-plugins=NodeRestriction",
+        f"--kubelet-client-certificate={files.kubelet_client[0]}",
+        f"--kubelet-client-key={files.kubelet_client[1]}",
+        # The node's name resolves to 127.0.0.1 (a hosts entry); its InternalIP must not be dialled.
+        "--kubelet-preferred-address-types=Hostname",
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         f"--service-account-key-file={files.service_account_key}",
         f"--service-account-signing-key-file={files.service_account_key}",
@@ -128,6 +147,8 @@ def controller_manager(bin_dir: Path, ports: Ports, files: Files) -> list[str]:
         "--bind-address=127.0.0.1",
         f"--secure-port={ports.controller_manager}",
         f"--service-account-private-key-file={files.service_account_key}",
+        # The CA pods trust for the API server (kube-root-ca.crt): its self-signed serving bundle.
+        f"--root-ca-file={files.pki / 'apiserver.crt'}",
         # EndpointSlices reject loopback pod IPs; the gateway watches pods instead.
         "--controllers=*,-endpoints-controller,-endpointslice-controller,"
         "-endpointslice-mirroring-controller",
@@ -157,7 +178,9 @@ def kwok(bin_dir: Path, ports: Ports, files: Files) -> list[str]:
     return [
         str(bin_dir / "kwok"),
         f"--kubeconfig={files.kubeconfig}",
-        "--manage-all-nodes=true",
+        # Only the simulated nodes: on a real kubelet's node kwok would overwrite its status and
+        # force-delete its pods (no preStop).
+        f"--manage-nodes-with-label-selector={labels.SIMULATED_NODE}=true",
         f"--config={files.kwok_config}",
         "--node-ip=127.0.0.1",
         "--cidr=127.0.250.0/24",  # only for nodes without a podCIDR; ours all have one

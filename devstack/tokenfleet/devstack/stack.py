@@ -26,15 +26,26 @@ from typing import IO, Any
 
 import aiohttp
 
-from tokenfleet.devstack import controlplane, nodes, pki, platform, processes, prometheus
+from tokenfleet.devstack import (
+    chart,
+    controlplane,
+    nodes,
+    pki,
+    platform,
+    processes,
+    prometheus,
+    realnode,
+)
 from tokenfleet.devstack.controlplane import Files, Ports
 from tokenfleet.devstack.kwokstages import STAGES
 from tokenfleet.devstack.nodeagent import NodeAgent
+from tokenfleet.devstack.realnode_host import RealNode, RealNodeError
 from tokenfleet.kubeapi import ApiError, KubeApi
 
 log = logging.getLogger("tokenfleet.devstack")
 
 REPO = Path(__file__).resolve().parents[3]
+CACHE = Path(os.environ.get("TOKENFLEET_CACHE", Path.home() / ".cache/tokenfleet"))
 HEALTH_TIMEOUT_SECONDS = 90.0
 AGENT_STOP_SECONDS = 20.0  # its simulators get 5 s of grace; the rest is margin
 
@@ -54,6 +65,8 @@ class Options:
     crds_dir: Path = REPO / "crds"
     operator: bool = False  # also run the TokenFleet operator (tests run their own)
     platform: bool = False  # also the operator, Redis, the gateway, a dev tenant and the examples
+    real_node: bool = False  # also one real kubelet node (containerd + runc; root, one per machine)
+    images_dir: Path = dataclasses.field(default_factory=lambda: CACHE / "images" / "current")
 
 
 def lock_path(state_dir: Path) -> Path:
@@ -157,6 +170,7 @@ class Stack:
         self.ports = options.ports or free_ports()
         self.files = Files(root=options.state_dir)
         self._children: list[processes.Child] = []
+        self.real_node: RealNode | None = None
 
     @property
     def server(self) -> str:
@@ -175,6 +189,8 @@ class Stack:
                 api = KubeApi.from_kubeconfig(self.files.kubeconfig, session)
                 await self._create_nodes(api)
                 await self._reboot_pods(api)
+                if self.options.real_node:
+                    await self._start_real_node(api)
                 await asyncio.to_thread(self._apply_crds)
                 await self._start_prometheus(token, session)
                 agent = NodeAgent(
@@ -183,10 +199,13 @@ class Stack:
                     logs=self.files.logs,
                 )
                 agent_task = asyncio.create_task(agent.run())
-                if self.options.operator or self.options.platform:
-                    await asyncio.to_thread(self._start_operator)
-                if self.options.platform:
-                    await self._start_platform(session)
+                if self.options.platform and self.real_node is not None:
+                    await self._install_chart(token, session)
+                else:  # the operator and gateway as host processes
+                    if self.options.operator or self.options.platform:
+                        await asyncio.to_thread(self._start_operator)
+                    if self.options.platform:
+                        await self._start_platform(session)
                 self._announce(started)
                 await stop.wait()
                 log.info("stopping")
@@ -197,6 +216,8 @@ class Stack:
                     log.warning("node agent still stopping after %.0f s", AGENT_STOP_SECONDS)
         finally:
             info_path(self.options.state_dir).unlink(missing_ok=True)
+            if self.real_node is not None:  # first: its kubelet still reaches the API server
+                await asyncio.to_thread(self.real_node.stop)
             processes.stop(list(reversed(self._children)))
             log.info("stopped")
 
@@ -206,6 +227,14 @@ class Stack:
         self.files.etcd_data.chmod(0o700)
         pki.write_service_account_key(self.files.service_account_key)
         token = pki.write_token_file(self.files.tokens)
+        ca = pki.write_ca(self.files.pki)
+        cert, key = self.files.kubelet_client
+        pki.issue_client_cert(
+            ca,
+            common_name="kube-apiserver-kubelet-client",
+            groups=("system:masters",),
+            out=pki.CertPair(cert=cert, key=key),
+        )
         self.files.kubeconfig.write_text(pki.kubeconfig(server=self.server, token=token))
         self.files.kubeconfig.chmod(0o600)
         self.files.kwok_config.write_text(STAGES)
@@ -269,6 +298,22 @@ class Stack:
                 path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
                 with contextlib.suppress(ApiError):
                     await api.call("DELETE", path, body={"gracePeriodSeconds": 0})
+
+    async def _start_real_node(self, api: KubeApi) -> None:
+        self.real_node = RealNode(
+            state_dir=self.options.state_dir,
+            bin_dir=self.options.bin_dir,
+            images_dir=self.options.images_dir,
+            logs=self.files.logs,
+        )
+        ca = pki.CertPair(cert=self.files.ca_cert, key=self.files.pki / "ca.key")
+        try:
+            # The API server's self-signed serving bundle: the kubelet verifies the server.
+            await self.real_node.start(
+                api=api, server=self.server, ca=ca, api_ca=self.files.pki / "apiserver.crt"
+            )
+        except RealNodeError as exc:
+            raise StackError(str(exc)) from None
 
     def _apply_crds(self) -> None:
         kubectl = str(self.options.bin_dir / "kubectl")
@@ -382,6 +427,39 @@ class Stack:
         await asyncio.to_thread(
             self._register_host_process, "tokenfleet-gateway", self.ports.gateway
         )
+        await self._dev_tenant_and_examples()
+
+    async def _install_chart(self, token: str, session: aiohttp.ClientSession) -> None:
+        """The operator, gateway and Redis as the chart's pods on the real node."""
+        argv = chart.helm_argv(
+            helm=self.options.bin_dir / "helm",
+            chart=REPO / "charts" / "tokenfleet",
+            images=self.options.images_dir,
+            ports=self.ports,
+            health_port=processes.free_port(),
+        )
+        env = {**os.environ, "KUBECONFIG": str(self.files.kubeconfig)}
+        log.info("installing the chart onto %s", realnode.NODE_NAME)
+        done = await asyncio.to_thread(
+            subprocess.run, argv, env=env, capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise StackError(f"helm upgrade --install failed: {done.stderr.strip()}")
+        health = f"http://127.0.0.1:{self.ports.gateway}/healthz"
+        await self._wait_healthy("tokenfleet-gateway (chart)", health, session)
+        await self._dev_tenant_and_examples()
+
+    async def _wait_healthy(self, name: str, url: str, session: aiohttp.ClientSession) -> None:
+        deadline = time.monotonic() + HEALTH_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                    if resp.status == 200:
+                        return
+            await asyncio.sleep(0.5)
+        raise StackError(f"{name} not healthy at {url} after {HEALTH_TIMEOUT_SECONDS:.0f} s")
+
+    async def _dev_tenant_and_examples(self) -> None:
         await asyncio.to_thread(self._kubectl, "apply", "-f", "-", stdin=platform.DEV_TENANT_YAML)
         await platform.ensure_dev_key(self.options.state_dir, self.files.kubeconfig)
         examples = REPO / "examples"
@@ -403,6 +481,7 @@ class Stack:
             "podNetwork": f"127.{self.options.shape.pod_octet}.0.0/16",
             "prometheus": f"http://127.0.0.1:{self.ports.prometheus}",
             "startSeconds": round(time.monotonic() - started, 2),
+            "realNode": realnode.NODE_NAME if self.real_node is not None else None,
             "children": {c.name: c.popen.pid for c in self._children},
         }
         path = info_path(self.options.state_dir)

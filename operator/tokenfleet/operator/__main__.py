@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         liveness_endpoint=args.liveness or None,
-        memo=kopf.Memo(election=election),
+        memo=kopf.Memo(election=election, stop_flag=stop),
         stop_flag=stop,
     )
     # Lost the Lease: exit non-zero so the pod restarts as a standby with fresh state.

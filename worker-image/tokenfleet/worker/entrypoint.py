@@ -6,6 +6,10 @@ placeholder). On success the process *becomes* vLLM (exec: vLLM gets PID 1's sig
 the directory that was verified, with the Hugging Face hub switched off so nothing unverified
 can be fetched later. On failure the verdict goes to the termination message, where the
 operator reads it, and the process exits non-zero: the engine never starts.
+
+``TOKENFLEET_ENGINE`` (set by the image, not the operator) picks what is exec'd: ``vllm`` (the
+default, the GPU image) or ``llm-d-inference-sim`` (the worker-simulator image), which gets the
+equivalent flags (tokenfleet.worker.engines).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from tokenfleet.signing.verdict import Verdict
+from tokenfleet.worker import engines
 
 #: Exit codes a pod's status shows: bad configuration (operator bug or hand-made pod), and an
 #: artifact that failed verification (see the termination message for which reason).
@@ -43,6 +48,7 @@ class Config:
     model_dir: str = DEFAULT_MODEL_DIR
     termination_log: Path = Path(DEFAULT_TERMINATION_LOG)
     fetch_timeout: float = 30.0
+    engine: str = engines.VLLM
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Config:
@@ -56,6 +62,11 @@ class Config:
         key = env.get("TOKENFLEET_TRUST_PUBLIC_KEY", "")
         identity = env.get("TOKENFLEET_TRUST_IDENTITY", "")
         issuer = env.get("TOKENFLEET_TRUST_ISSUER", "")
+        engine = env.get("TOKENFLEET_ENGINE", "") or engines.VLLM
+        if engine not in engines.ENGINES:
+            raise ValueError(
+                f"TOKENFLEET_ENGINE must be one of {', '.join(engines.ENGINES)}, not {engine!r}"
+            )
         if bool(key) == bool(identity) or bool(identity) != bool(issuer):
             raise ValueError(
                 "set exactly one trust method: TOKENFLEET_TRUST_PUBLIC_KEY, or both "
@@ -71,17 +82,26 @@ class Config:
             model_dir=env.get("TOKENFLEET_MODEL_DIR", DEFAULT_MODEL_DIR),
             termination_log=Path(env.get("TOKENFLEET_TERMINATION_LOG", DEFAULT_TERMINATION_LOG)),
             fetch_timeout=float(env.get("TOKENFLEET_FETCH_TIMEOUT_SECONDS", "30")),
+            engine=engine,
         )
 
 
-def render(args: Sequence[str], *, placeholder: str, served: Path) -> list[str]:
-    """``vllm serve`` argv: the model placeholder (or a missing model) becomes ``served``."""
+def render(
+    args: Sequence[str],
+    *,
+    placeholder: str,
+    served: Path,
+    engine: str = engines.VLLM,
+    env: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The engine's argv (``vllm serve`` by default): the model placeholder (or a missing model)
+    becomes ``served``."""
     rest = list(args)
     if rest and rest[0] == placeholder:
         rest = rest[1:]
     elif rest and not rest[0].startswith("-"):
         raise ValueError(f"the first argument must be the model placeholder {placeholder}")
-    return ["vllm", "serve", str(served), *rest]
+    return engines.argv(engine, rest, served=str(served), env=env or {})
 
 
 def serving_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -143,6 +163,6 @@ def run(
     report(verdict, config.termination_log)
     if not verdict.verified or served is None:
         return EXIT_UNVERIFIED
-    argv = render(args, placeholder=config.model_dir, served=served)
+    argv = render(args, placeholder=config.model_dir, served=served, engine=config.engine, env=env)
     exec_(argv[0], argv, serving_env(env))
     return 0  # only reached when exec_ is a test double

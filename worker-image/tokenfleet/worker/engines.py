@@ -1,0 +1,66 @@
+"""The engine a verified worker execs, and its argv from the operator's ``vllm serve`` arguments.
+
+Pure: arguments in, argv out. The operator renders one set of arguments (``vllm serve``'s); the
+image chooses the engine (``TOKENFLEET_ENGINE``): vLLM in the GPU image (the default), or
+llm-d-inference-sim in the worker-simulator image, which gets the equivalent flags. The
+simulator knows only some of vLLM's flags; the rest describe GPUs it does not have and are
+dropped (listed below, so a new rendered flag is a decision, not an accident).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+VLLM = "vllm"
+SIMULATOR = "llm-d-inference-sim"
+ENGINES = (VLLM, SIMULATOR)
+
+#: vLLM flags the simulator takes with the same meaning (each takes one value).
+_SAME_MEANING = ("--port", "--max-num-seqs", "--max-model-len", "--seed")
+#: vLLM flags with a value that describe GPU memory and parallelism: no meaning without GPUs.
+_GPU_ONLY = ("--tensor-parallel-size", "--gpu-memory-utilization")
+
+
+def argv(engine: str, args: Sequence[str], *, served: str, env: Mapping[str, str]) -> list[str]:
+    """The engine's argv serving directory ``served``; ``args`` are ``vllm serve``'s options
+    (without the model). Raises ValueError for an unknown engine."""
+    if engine == VLLM:
+        return [VLLM, "serve", served, *args]
+    if engine == SIMULATOR:
+        return [SIMULATOR, *simulator_args(args, served=served, env=env)]
+    raise ValueError(f"TOKENFLEET_ENGINE must be one of {', '.join(ENGINES)}, not {engine!r}")
+
+
+def simulator_args(args: Sequence[str], *, served: str, env: Mapping[str, str]) -> list[str]:
+    """llm-d-inference-sim's flags equivalent to ``vllm serve``'s ``args``.
+
+    The tokenizer is the simulator's dummy one (the artifact's files are verified, not loaded).
+    Prefix caching maps onto its KV-cache simulation, which needs ``POD_IP`` (it names the pod
+    in its KV events); without it the flag is dropped rather than crashing the engine.
+    """
+    out = ["--model", served, "--force-dummy-tokenizer"]
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        value = args[i + 1] if i + 1 < len(args) else ""
+        if flag in _SAME_MEANING:
+            out += [flag, value]
+            i += 2
+        elif flag in _GPU_ONLY:
+            i += 2
+        elif flag == "--served-model-name":
+            names = []
+            i += 1
+            while i < len(args) and not args[i].startswith("-"):
+                names.append(args[i])
+                i += 1
+            out += [flag, *names]
+        elif flag == "--enable-prefix-caching":
+            out += ["--enable-kvcache"] if env.get("POD_IP") else []
+            i += 1
+        elif flag == "--no-enable-prefix-caching":
+            i += 1
+        else:  # anything else (engine.extraArgs) is passed as given: the simulator judges it
+            out.append(flag)
+            i += 1
+    return out
