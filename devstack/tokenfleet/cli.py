@@ -19,6 +19,9 @@ commands:
                        size a fleet from token-level traffic and a measured replica profile
   simulate SCENARIO.yaml [--scaler S] [--profile P.json] [--out DIR]
                        replay traffic against a simulated fleet under each scaling policy
+  usage [--since 24h] [--tenant NS/NAME] [-o table|json|csv] [--cost] [--plot P.png]
+                       usage per tenant, model, pool and outcome from the ledger; --cost
+                       allocates the pools' GPU-hours (idle and failed work as own lines)
   dev up|down|status   the local platform (same as make up / make down)
   crds --write|--check DIR
                        render the CustomResourceDefinitions from tokenfleet.api
@@ -56,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         from tokenfleet.sim.__main__ import main as simulate
 
         return simulate(rest)
+    if command == "usage":
+        from tokenfleet.devstack.usage_report import main as usage_report
+
+        return usage_report(rest)
     if command == "dev":
         from tokenfleet.devstack.__main__ import main as dev
 

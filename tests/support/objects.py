@@ -260,6 +260,36 @@ INVALID = [
         {"cacheIsolation": {"mode": "SharedGroup"}},
         "group must be set when mode is SharedGroup",
     ),
+    _case(
+        "tenant-budget-with-tokens-and-amount",
+        "Tenant",
+        {"budget": {"tokens": 1000, "amount": 5.0}},
+        "budget: set exactly one of tokens and amount",
+    ),
+    _case(
+        "tenant-budget-without-limit",
+        "Tenant",
+        {"budget": {"action": "Reject"}},
+        "budget: set exactly one of tokens and amount",
+    ),
+    _case(
+        "tenant-downgrade-without-model",
+        "Tenant",
+        {"budget": {"tokens": 1000, "action": "Downgrade"}},
+        "downgradeTo must name a model when action is Downgrade",
+    ),
+    _case(
+        "tenant-zero-share",
+        "Tenant",
+        {"share": 0},
+        "should be greater than or equal to 1",
+    ),
+    _case(
+        "pool-negative-gpu-price",
+        "InferencePool",
+        {"cost": {"perGpuHour": -1}},
+        "should be greater than or equal to 0",
+    ),
     _case("tenant-missing-allowed-models", "Tenant", {"allowedModels": DELETE}, "Required value"),
     _case(
         "tenant-class-name-with-spaces", "Tenant", {"priorityClass": "Gold Tier"}, "should match"

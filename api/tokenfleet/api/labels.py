@@ -19,6 +19,10 @@ HOSTNAME = "kubernetes.io/hostname"
 GPU_PRODUCT = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
 
+#: On a Secret, value "true": it holds API key hashes. Gateways watch only such Secrets, and the
+#: operator counts a tenant's keys from their metadata (the data entries' names).
+API_KEY_SECRET = f"{PREFIX}/api-keys"
+
 #: On a Tenant: how many API keys its Secret holds (written by `tokenfleet tenant create-key`,
 #: so the operator can report it without permission to read Secrets).
 API_KEY_COUNT = f"{PREFIX}/api-key-count"

@@ -324,6 +324,22 @@ class Routing(Model):
     )
 
 
+class Cost(Model):
+    """What the pool's GPUs cost, for usage reports (`tokenfleet usage --cost`)."""
+
+    per_gpu_hour: float = Field(
+        ge=0,
+        le=10000,
+        description="Price of one accelerator (accelerator.count per replica) for one hour, "
+        "in currency units. Ready replicas are charged, busy or warm-idle.",
+    )
+    currency: str = Field(
+        default="USD",
+        pattern=r"^[A-Z]{3}$",
+        description="ISO 4217 code of the currency perGpuHour is given in.",
+    )
+
+
 class InferencePoolSpec(Model):
     """Desired GPU capacity."""
 
@@ -363,6 +379,10 @@ class InferencePoolSpec(Model):
         default=8192,
         ge=1,
         description="Context bucket: longest prompt, in tokens, this pool accepts.",
+    )
+    cost: Cost | None = Field(
+        default=None,
+        description="Price per GPU-hour; unset leaves the pool out of cost reports.",
     )
 
     @model_validator(mode="after")

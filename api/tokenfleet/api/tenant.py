@@ -74,6 +74,50 @@ class CacheIsolation(Model):
     )
 
 
+BudgetAction = Literal["Reject", "Downgrade", "Notify"]
+
+
+class Budget(Model):
+    """A spending limit per period and what happens once it is spent."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.tokens) != has(self.amount)",
+                "budget: set exactly one of tokens and amount",
+            ),
+            cel(
+                "(self.action == 'Downgrade') == (size(self.downgradeTo) > 0)",
+                "budget: downgradeTo must name a model when action is Downgrade, and only then",
+            ),
+        )
+    )
+
+    period: Literal["Monthly", "Daily"] = Field(
+        default="Monthly", description="Budget period; it resets at 00:00 UTC (day or month)."
+    )
+    tokens: int | None = Field(
+        default=None, ge=1, description="Limit in input plus output tokens per period."
+    )
+    amount: float | None = Field(
+        default=None,
+        gt=0,
+        description="Limit in currency units per period, priced from the pools' spec.cost.",
+    )
+    currency: str = Field(
+        default="USD", pattern=r"^[A-Z]{3}$", description="ISO 4217 code of amount."
+    )
+    action: BudgetAction = Field(
+        default="Reject",
+        description="Once spent — Reject: 429 with the reset time; Downgrade: serve "
+        "downgradeTo instead (X-TokenFleet-Downgraded header); Notify: serve, set the "
+        "BudgetExceeded condition and emit an event.",
+    )
+    downgrade_to: str = Field(
+        default="", max_length=253, description="Served model name used once spent (Downgrade)."
+    )
+
+
 class TenantSpec(Model):
     """Desired access."""
 
@@ -97,6 +141,14 @@ class TenantSpec(Model):
     max_tokens_cap: int | None = Field(
         default=None, ge=1, description="Largest max_tokens a request may ask for."
     )
+    share: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description="Weight of this tenant among the tenants of its priority class: under "
+        "contention each gets token work in proportion to its share.",
+    )
+    budget: Budget | None = Field(default=None, description="Spending limit per period.")
 
     @model_validator(mode="after")
     def _mirror_cel(self) -> TenantSpec:
@@ -107,14 +159,47 @@ class TenantSpec(Model):
             raise ValueError("quotas.tokensPerDay must be at least quotas.tokensPerMinute")
         if (c.mode == "SharedGroup") != bool(c.group):
             raise ValueError("cacheIsolation: group must be set when mode is SharedGroup")
+        b = self.budget
+        if b is not None and (b.tokens is None) == (b.amount is None):
+            raise ValueError("budget: set exactly one of tokens and amount")
+        if b is not None and (b.action == "Downgrade") != bool(b.downgrade_to):
+            raise ValueError("budget: downgradeTo must name a model when action is Downgrade")
         return self
+
+
+class UsageStatus(Model):
+    """What the tenant used in the current budget period (from the usage ledger)."""
+
+    period_start: str = Field(description="RFC 3339 start of the period (UTC).")
+    requests: int = Field(default=0, ge=0, description="Requests settled this period.")
+    prompt_tokens: int = Field(default=0, ge=0, description="Prompt tokens this period.")
+    completion_tokens: int = Field(default=0, ge=0, description="Completion tokens this period.")
+    cost: str = Field(
+        default="", description="Cost this period as decimal text with currency, e.g. 12.40 USD."
+    )
+
+
+class BudgetStatus(Model):
+    """Where the tenant stands against spec.budget."""
+
+    state: Literal["WithinBudget", "Exhausted"] = Field(description="Spent or not.")
+    used_percent: int = Field(default=0, ge=0, description="Share of the limit used, percent.")
+    resets_at: str = Field(description="RFC 3339 time the period ends.")
 
 
 class TenantStatus(Model):
     """Observed state of the tenant."""
 
     observed_generation: int | None = observed_generation_field()
-    key_count: int = Field(default=0, description="API key hashes found in the Secret.")
+    key_count: int = Field(
+        default=0,
+        description="API key hashes in the labelled key Secrets (counted from their metadata).",
+    )
+    usage: UsageStatus | None = Field(default=None, description="Usage this period.")
+    budget: BudgetStatus | None = Field(default=None, description="Budget state.")
+    last_used: str | None = Field(
+        default=None, description="RFC 3339 time of the tenant's latest settled request."
+    )
     conditions: list[Condition] = conditions_field()
 
 

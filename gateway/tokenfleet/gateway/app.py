@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from tokenfleet.gateway import router
 from tokenfleet.gateway.accesslog import ACCESS
+from tokenfleet.gateway.budget_store import BudgetStore
 from tokenfleet.gateway.completion import Completion
 from tokenfleet.gateway.config import Settings
 from tokenfleet.gateway.intake import authenticate, reject
@@ -27,6 +28,7 @@ from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
 from tokenfleet.gateway.state import STATE, GatewayState
+from tokenfleet.gateway.usage_ledger import UsageLedger
 
 access_log = logging.getLogger("tokenfleet.gateway.access")
 log = logging.getLogger("tokenfleet.gateway")
@@ -172,6 +174,8 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
         ),
         admitter=Admitter(),
         router=router.Router(settings, registry.routing),
+        usage=UsageLedger(settings.redis_url, registry=registry.registry),
+        budgets=BudgetStore(settings.redis_url),
     )
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
@@ -231,3 +235,6 @@ async def _client_session(app: web.Application) -> Any:
     yield
     await state.session.close()
     await state.quotas.close()
+    if state.usage is not None:
+        await state.usage.close()
+    await state.budgets.close()

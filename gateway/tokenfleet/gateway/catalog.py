@@ -13,7 +13,7 @@ from typing import Any
 from tokenfleet.api import labels
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.api.tenant import TenantSpec
+from tokenfleet.api.tenant import Budget, TenantSpec
 from tokenfleet.gateway.policy import quotas
 from tokenfleet.gateway.policy.admission import ClassPolicy
 from tokenfleet.gateway.policy.routing import Endpoint, PoolOption, Snapshot
@@ -63,6 +63,8 @@ class Tenant:
     limits: quotas.Limits
     cache_group: str = ""
     max_tokens_cap: int | None = None
+    share: int = 1  # weight among the tenants of its class (fair queuing)
+    budget: Budget | None = None
 
     @property
     def namespace(self) -> str:
@@ -139,6 +141,8 @@ def tenant_of(key: str, spec: TenantSpec) -> Tenant:
         key=key,
         allowed_models=frozenset(spec.allowed_models),
         priority_class=spec.priority_class,
+        share=spec.share,
+        budget=spec.budget,
         limits=quotas.Limits(
             requests_per_minute=q.requests_per_minute,
             tokens_per_minute=q.tokens_per_minute,

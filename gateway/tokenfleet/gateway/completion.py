@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import itertools
 import os
 import time
@@ -29,7 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tokenfleet.gateway import attempts, proxy, settlement
+from tokenfleet.gateway import attempts, budget_store, proxy, settlement
 from tokenfleet.gateway.accesslog import ACCESS
 from tokenfleet.gateway.catalog import Tenant
 from tokenfleet.gateway.intake import authenticate, parse_body, reject
@@ -40,7 +41,12 @@ from tokenfleet.gateway.policy.salt import cache_salt
 from tokenfleet.gateway.quota_store import Reservation
 from tokenfleet.gateway.state import STATE, GatewayState
 
+UTC = datetime.UTC
 FALLBACK_HEADER = "X-TokenFleet-Fallback-From"
+#: Set when the tenant's budget is spent and its action served the request anyway.
+BUDGET_HEADER = "X-TokenFleet-Budget"
+#: The model the request asked for, when a spent Downgrade budget served another.
+DOWNGRADE_HEADER = "X-TokenFleet-Downgraded-From"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,14 +131,52 @@ class Completion:
         )
         if isinstance(reservation, Rejected):
             return reservation
+        hold: budget_store.Held | None = None
         try:
+            budgeted = await self.budgeted(admitted)  # ...its budget (may downgrade the model)...
+            if isinstance(budgeted, Rejected):
+                self.ending = ("rejected", budgeted.reason.value)
+                return budgeted
+            admitted, hold = budgeted
             answered = await self.run_on(admitted)  # ...the pool's queue, 5 route, 6 proxy
             if isinstance(answered, Rejected):
                 self.ending = ("rejected", answered.reason.value)
                 return answered
             return self.observe(admitted, answered)  # 7 observe
         finally:
-            await self.settle(self.record(admitted, reservation.tokens), reservation)  # 8
+            await self.settle(self.record(admitted, reservation.tokens), reservation, hold)  # 8
+
+    async def budgeted(
+        self, admitted: Admitted
+    ) -> tuple[Admitted, budget_store.Held | None] | Rejected:
+        """Step 4's budget: Reject refuses (429 until the reset), Downgrade re-places the
+        request on the budget's cheaper model, Notify serves and says so in a header."""
+        spec = admitted.tenant.budget
+        if spec is None or spec.tokens is None:  # currency budgets: priced by the operator
+            return admitted, budget_store.Held(key="", amount=0, ttl=0)
+        amount = usage.reservation(
+            prompt_tokens=admitted.parsed.prompt_tokens, max_tokens=admitted.max_tokens
+        )
+        verdict, hold = await self.state.budgets.reserve(
+            tenant=admitted.tenant.key, spec=spec, amount=amount, now=datetime.datetime.now(UTC)
+        )
+        if not verdict.serve:
+            return Rejected(
+                reason=Reason.DAILY_QUOTA, retry_after=verdict.retry_after, message=verdict.message
+            )
+        if verdict.exceeded:
+            self.headers[BUDGET_HEADER] = "exceeded"
+            self.log["budget"] = verdict.message
+        if verdict.model is None:
+            return admitted, hold
+        parsed = dataclasses.replace(admitted.parsed, model=verdict.model)
+        target = place(self.state.catalog, admitted.tenant, parsed)
+        if isinstance(target, Rejected):
+            await self.state.budgets.settle(hold, used=0)
+            return target
+        self.headers[DOWNGRADE_HEADER] = admitted.primary.model.name
+        self.log.update(downgraded_from=admitted.primary.model.name, model=verdict.model)
+        return dataclasses.replace(admitted, parsed=parsed, primary=target, fallback=None), hold
 
     async def admit(self) -> Admitted | Rejected:
         """Steps 1-3: who asks, for which model and pool, in which class, by when."""
@@ -179,14 +223,17 @@ class Completion:
             request_id=self.request_id,
             tenant=admitted.tenant.key,
             model=self.served.model.name if self.served else admitted.primary.model.name,
+            pool=self.served.pool.key if self.served else admitted.primary.pool.key,
             ending=(outcome, reason),
             prompt_estimate=admitted.parsed.prompt_tokens,
             reserved=reserved,
         )
 
-    async def settle(self, record: usage.Record, reservation: Reservation) -> None:
+    async def settle(
+        self, record: usage.Record, reservation: Reservation, hold: budget_store.Held | None
+    ) -> None:
         """Step 8, in :func:`tokenfleet.gateway.settlement.settle`; the log records it."""
-        await settlement.settle(self.state, record, reservation)
+        await settlement.settle(self.state, record, reservation, hold)
         self.log.update(
             prompt_tokens=record.prompt,
             completion_tokens=record.completion,

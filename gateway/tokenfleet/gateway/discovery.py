@@ -26,7 +26,7 @@ from tokenfleet.kubeapi import KubeApi
 
 log = logging.getLogger("tokenfleet.gateway.discovery")
 
-KEY_SECRET_LABEL = f"{labels.PREFIX}/api-keys"
+KEY_SECRET_LABEL = labels.API_KEY_SECRET
 COLLECTIONS = {
     "pools": (f"/apis/{API_GROUP_VERSION}/inferencepools", ""),
     "models": (f"/apis/{API_GROUP_VERSION}/modeldeployments", ""),

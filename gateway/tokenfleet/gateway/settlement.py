@@ -10,12 +10,13 @@ client midway — with one :class:`~tokenfleet.gateway.policy.usage.Record`. The
   asks for a usage report on every stream), else the tokens relayed to the client so far.
 
 :func:`settle` gives the quota back what the request did not use (or charges what it used
-beyond its reservation) and counts the tokens per tenant, model and outcome. A durable usage
-ledger belongs here too: it receives the same record.
+beyond its reservation), settles the tenant's budget hold the same way, counts the tokens per
+tenant, model and outcome, and writes the record to the durable usage ledger.
 """
 
 from __future__ import annotations
 
+from tokenfleet.gateway import budget_store
 from tokenfleet.gateway.policy import usage
 from tokenfleet.gateway.proxy import Meter
 from tokenfleet.gateway.quota_store import Reservation
@@ -28,6 +29,7 @@ def record(
     request_id: str,
     tenant: str,
     model: str,
+    pool: str,
     ending: tuple[str, str],
     prompt_estimate: int,
     reserved: int,
@@ -48,6 +50,7 @@ def record(
         request_id=request_id,
         tenant=tenant,
         model=model,
+        pool=pool,
         outcome=outcome,
         reason=reason,
         prompt=prompt,
@@ -56,10 +59,36 @@ def record(
     )
 
 
-async def settle(state: GatewayState, record: usage.Record, reservation: Reservation) -> None:
-    """Charge ``record``: the quota settled, the token counters counted with the outcome."""
+#: The usage ledger's outcome for a record's: a request refused after it reserved was shed.
+LEDGER_OUTCOME = {
+    "served": "served",
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "rejected": "shed",
+}
+
+
+async def settle(
+    state: GatewayState,
+    record: usage.Record,
+    reservation: Reservation,
+    hold: budget_store.Held | None = None,
+) -> None:
+    """Charge ``record``: quota and budget settled, token counters counted with the outcome,
+    and one entry in the usage ledger."""
     await state.quotas.settle(reservation, record.charged)
+    if hold is not None:
+        await state.budgets.settle(hold, used=record.charged)
     if record.charged:
         labels = (record.tenant, record.model, record.outcome)
         state.metrics.prompt_tokens.labels(*labels).inc(record.prompt)
         state.metrics.completion_tokens.labels(*labels).inc(record.completion)
+    if state.usage is not None:
+        await state.usage.record(
+            tenant=record.tenant,
+            model=record.model,
+            pool=record.pool,
+            outcome=LEDGER_OUTCOME.get(record.outcome, record.outcome),
+            prompt_tokens=record.prompt,
+            completion_tokens=record.completion,
+        )

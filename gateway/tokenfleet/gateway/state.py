@@ -8,12 +8,14 @@ import dataclasses
 import aiohttp
 from aiohttp import web
 
+from tokenfleet.gateway.budget_store import BudgetStore
 from tokenfleet.gateway.catalog import Catalog
 from tokenfleet.gateway.config import Settings
 from tokenfleet.gateway.metrics import Metrics
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
 from tokenfleet.gateway.router import Router
+from tokenfleet.gateway.usage_ledger import UsageLedger
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -23,6 +25,8 @@ class GatewayState:
     quotas: QuotaStore
     admitter: Admitter
     router: Router
+    usage: UsageLedger | None = None  # the durable usage ledger (counters without Redis)
+    budgets: BudgetStore = dataclasses.field(default_factory=lambda: BudgetStore(None))
     catalog: Catalog = dataclasses.field(default_factory=Catalog)
     catalog_loaded: bool = False  # the first full catalog (models, tenants, endpoints) arrived
     session: aiohttp.ClientSession | None = None

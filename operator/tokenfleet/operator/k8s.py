@@ -18,10 +18,13 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from tokenfleet.api import labels
 from tokenfleet.api.base import API_GROUP_VERSION, rfc3339
 from tokenfleet.operator.plan.reporting import Event
 
 FIELD_MANAGER = "tokenfleet-operator"
+#: Ask the API server for objects' metadata only (PartialObjectMetadata), not their content.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 _RETRIES = 3
 
 _PATHS = {  # (apiVersion, kind) → URL prefix and plural
@@ -97,11 +100,23 @@ class Kube:
     def _once(
         self, method: str, path: str, *, body: Any, content_type: str, query: list[tuple[str, str]]
     ) -> Any:
+        return self._send(method, path, body=body, content_type=content_type, query=query)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any,
+        content_type: str,
+        query: list[tuple[str, str]],
+        accept: str = "application/json",
+    ) -> Any:
         verb, url, headers, payload, post = self._client.param_serialize(
             method=method,
             resource_path=path,
             query_params=query,
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            header_params={"Content-Type": content_type, "Accept": accept},
             body=body,
             auth_settings=["BearerToken"],
         )
@@ -112,6 +127,24 @@ class Kube:
         if response.status >= 400:
             raise ApiException(status=response.status, reason=response.reason, body=data)
         return json.loads(data) if data else None
+
+    def key_secret_metadata(self) -> list[dict[str, Any]]:
+        """The metadata (never the data) of every Secret labelled as holding API key hashes.
+
+        One label-selected list per pass, asked for as PartialObjectMetadataList, so the key
+        hashes never reach the operator. RBAC cannot enforce either limit (a ``list`` grant on
+        secrets would return their data to a client that asked for it, and rules cannot name a
+        label), so the limit is this call's, stated in the chart's ClusterRole.
+        """
+        reply = self._send(  # a read: no retry loop needed, the next pass asks again
+            "GET",
+            "/api/v1/secrets",
+            body=None,
+            content_type="application/json",
+            query=[("labelSelector", f"{labels.API_KEY_SECRET}=true")],
+            accept=METADATA_LIST,
+        )
+        return [item.get("metadata") or {} for item in (reply or {}).get("items") or []]
 
     def apply(self, manifest: dict[str, Any]) -> None:
         """Server-side apply: idempotent, and conflicts with other managers are ours to win."""

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import kopf
 import pydantic
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from tokenfleet.api.base import Condition, Model, rfc3339
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
@@ -130,8 +131,11 @@ class Reconciler:
         owners = {pool: names[0] for pool, names in claims.items()}
         for body in list(_bodies(self.indexes.models)):
             await self._guarded(body, self._report_model(body, owners, now))
+        key_secrets = await self._key_secrets()
         for body in list(_bodies(self.indexes.tenants)):
-            status, events = tenant_status.plan_tenant(body=body, now=now)
+            status, events = tenant_status.plan_tenant(
+                body=body, now=now, key_secrets=key_secrets
+            )
             await self._guarded(body, self._report(body, "Tenant", status.to_wire(), events, now))
         if self.exporter is not None:
             self.exporter.retain(
@@ -143,6 +147,16 @@ class Reconciler:
                 )
                 for b in _bodies(index)
             )
+
+    async def _key_secrets(self) -> dict[tuple[str, str], frozenset[str]] | None:
+        """Data entry names of the labelled key Secrets (metadata only); None if unreadable,
+        so tenant status falls back to the key-count annotation rather than report 0 keys."""
+        try:
+            metas = await asyncio.to_thread(self.kube.key_secret_metadata)
+        except (ApiException, HTTPError, OSError) as exc:
+            log.warning("key Secrets' metadata unreadable, using annotations: %s", exc)
+            return None
+        return tenant_status.key_index(metas)
 
     async def _guarded(self, body: dict[str, Any], work: Any) -> None:
         meta = body["metadata"]

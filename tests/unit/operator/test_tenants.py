@@ -62,3 +62,60 @@ def test_every_kind_the_loop_reports_has_an_api_path() -> None:
         assert k8s._path("tokenfleet.io/v1alpha1", kind, "ns", "x").endswith(
             "/ns/" + kind.lower() + "s/x"
         )
+
+
+def _secret(name: str, *managers: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "namespace": "ns", "managedFields": list(managers)}
+
+
+def _manager(*entries: str) -> dict[str, Any]:
+    data = {".": {}, **{f"f:{e}": {} for e in entries}}
+    return {"manager": "kubectl-create", "fieldsV1": {"f:data": data, "f:type": {}}}
+
+
+def _with_ref(spec: dict[str, Any]) -> dict[str, Any]:
+    b = body(None)
+    b["spec"] = {"apiKeySecretRef": {"name": "team-keys"}, "allowedModels": ["m"], **spec}
+    return b
+
+
+@pytest.mark.parametrize(
+    ("secrets", "keys"),
+    [
+        pytest.param([], 0, id="no-secret"),
+        pytest.param([_secret("team-keys", _manager("key-1", "key-2"))], 2, id="kubectl-create"),
+        pytest.param(
+            [_secret("team-keys", _manager("key-1"), _manager("key-1", "key-3"))],
+            2,
+            id="two-managers-union",
+        ),
+        pytest.param([_secret("other-keys", _manager("key-1"))], 0, id="another-tenants-secret"),
+        pytest.param(
+            [_secret("team-keys", {"manager": "kubectl-label", "fieldsV1": {"f:metadata": {}}})],
+            0,
+            id="label-only-manager-has-no-data",
+        ),
+    ],
+)
+def test_keys_are_counted_from_secret_metadata(secrets: list[dict[str, Any]], keys: int) -> None:
+    index = tenant_status.key_index(secrets)
+    b = _with_ref({})
+    b["metadata"]["annotations"] = {labels.API_KEY_COUNT: "7"}  # the Secrets win once read
+    status, _ = tenant_status.plan_tenant(body=b, now=NOW, key_secrets=index)
+    assert status.key_count == keys
+
+
+def test_budget_state_condition_and_event_from_the_ledger() -> None:
+    b = _with_ref({"budget": {"tokens": 1000, "action": "Notify", "period": "Daily"}})
+    within, events = tenant_status.plan_tenant(body=b, now=NOW, key_secrets={}, budget_used=250)
+    assert within.budget is not None and within.budget.used_percent == 25 and events == []
+    b["status"] = within.to_wire()
+    spent, events = tenant_status.plan_tenant(
+        body=b, now=NOW, key_secrets={}, budget_used=1000, last_used=NOW
+    )
+    assert spent.budget is not None and spent.budget.state == "Exhausted"
+    assert spent.budget.resets_at == "2026-01-02T00:00:00Z"
+    assert spent.last_used == "2026-01-01T00:00:00Z"
+    exceeded = [c for c in spent.conditions if c.type == "BudgetExceeded"]
+    assert [c.status for c in exceeded] == ["True"]
+    assert [e.reason for e in events] == ["BudgetSpent"]

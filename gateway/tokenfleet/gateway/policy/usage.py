@@ -77,6 +77,7 @@ class Record:
     tenant: str
     model: str
     outcome: str  # served | failed | cancelled | rejected
+    pool: str = ""  # the pool that served it (or would have): the usage ledger's key
     reason: str
     prompt: int
     completion: int

@@ -1,19 +1,24 @@
 """A Tenant's status, decided from values (pure).
 
-The operator may not read Secrets, so the number of keys comes from the annotation that
-`tokenfleet tenant create-key` keeps on the Tenant.
+Keys are counted from the labelled key Secrets' *metadata*: the operator never sees a key hash.
+A Secret's ``metadata.managedFields`` names every data entry some field manager set
+(``f:data`` → ``f:<entry>``), so keys written by ``kubectl create secret``, GitOps or
+sealed-secrets count exactly like those of ``tokenfleet tenant create-key``. Without that list
+(an older loop, a failed read), the annotation `tokenfleet tenant create-key` keeps on the
+Tenant is the fallback. Usage this period, budget state and last use come from the usage ledger.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pydantic
 
-from tokenfleet.api import labels
-from tokenfleet.api.tenant import TenantStatus
+from tokenfleet.api import budget, labels
+from tokenfleet.api.base import rfc3339
+from tokenfleet.api.tenant import Budget, TenantStatus, UsageStatus
 from tokenfleet.operator.plan.reporting import Event, changed_to, condition
 
 
@@ -25,15 +30,58 @@ def _old_status(raw: Mapping[str, Any] | None) -> TenantStatus | None:
         return None
 
 
+def data_entries(secret_meta: Mapping[str, Any]) -> frozenset[str]:
+    """Names of a Secret's data entries, from its managedFields (metadata only)."""
+    names: set[str] = set()
+    for managed in secret_meta.get("managedFields") or []:
+        fields = (managed.get("fieldsV1") or {}).get("f:data") or {}
+        names.update(k[2:] for k in fields if k.startswith("f:"))
+    return frozenset(names)
+
+
+def key_index(secrets: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], frozenset[str]]:
+    """(namespace, name) → data entry names, for every labelled key Secret listed."""
+    return {(m.get("namespace", ""), m.get("name", "")): data_entries(m) for m in secrets}
+
+
+def _key_count(
+    body: Mapping[str, Any], key_secrets: Mapping[tuple[str, str], frozenset[str]] | None
+) -> int:
+    meta = body["metadata"]
+    if key_secrets is not None:
+        ref = ((body.get("spec") or {}).get("apiKeySecretRef") or {}).get("name", "")
+        return len(key_secrets.get((meta.get("namespace", ""), ref), frozenset()))
+    text = (meta.get("annotations") or {}).get(labels.API_KEY_COUNT, "0")
+    return int(text) if text.isdigit() else 0
+
+
+def _budget_of(body: Mapping[str, Any]) -> Budget | None:
+    raw = (body.get("spec") or {}).get("budget")
+    try:
+        return Budget.model_validate(raw) if raw else None
+    except pydantic.ValidationError:
+        return None
+
+
 def plan_tenant(
-    *, body: Mapping[str, Any], now: datetime.datetime
+    *,
+    body: Mapping[str, Any],
+    now: datetime.datetime,
+    key_secrets: Mapping[tuple[str, str], frozenset[str]] | None = None,
+    usage: UsageStatus | None = None,
+    budget_used: int | None = None,
+    last_used: datetime.datetime | None = None,
 ) -> tuple[TenantStatus, list[Event]]:
-    """New status and the events its changes deserve."""
+    """New status and the events its changes deserve.
+
+    ``key_secrets`` is :func:`key_index` of the labelled Secrets (None: not read, use the
+    annotation); ``usage`` and ``budget_used`` (in the budget's units) are this period's, from
+    the ledger (None: unknown, left out).
+    """
     meta = body["metadata"]
     old = _old_status(body.get("status"))
     old_conditions = old.conditions if old else []
-    text = (meta.get("annotations") or {}).get(labels.API_KEY_COUNT, "0")
-    keys = int(text) if text.isdigit() else 0
+    keys = _key_count(body, key_secrets)
     if keys:
         verdict = (True, "KeysPresent", f"{keys} API key(s); callers may use the allowed models")
     else:
@@ -52,10 +100,38 @@ def plan_tenant(
         now=now,
         generation=meta.get("generation"),
     )
+    spec_budget = _budget_of(body)
+    budget_state = (
+        budget.state(budget=spec_budget, used=budget_used, now=now)
+        if spec_budget is not None and budget_used is not None
+        else None
+    )
+    conditions = [ready]
+    if budget_state is not None and spec_budget is not None:
+        spent = budget_state.state == "Exhausted"
+        conditions.append(
+            condition(
+                old_conditions,
+                type="BudgetExceeded",
+                status=spent,
+                reason="BudgetSpent" if spent else "WithinBudget",
+                message=f"{budget_state.used_percent}% of the {spec_budget.period.lower()} "
+                f"budget used; action {spec_budget.action}; resets {budget_state.resets_at}",
+                now=now,
+                generation=meta.get("generation"),
+            )
+        )
     status = TenantStatus(
-        observed_generation=meta.get("generation"), key_count=keys, conditions=[ready]
+        observed_generation=meta.get("generation"),
+        key_count=keys,
+        usage=usage,
+        budget=budget_state,
+        last_used=rfc3339(last_used) if last_used is not None else None,
+        conditions=conditions,
     )
     events = []
     if changed_to(old_conditions, status.conditions, "Ready", "True"):
         events.append(Event(type="Normal", reason="KeysPresent", message=verdict[2]))
+    if changed_to(old_conditions, status.conditions, "BudgetExceeded", "True"):
+        events.append(Event(type="Warning", reason="BudgetSpent", message=conditions[-1].message))
     return status, events

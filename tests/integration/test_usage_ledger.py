@@ -1,0 +1,213 @@
+"""The durable usage ledger against a real redis-server: what one gateway process recorded is
+read back by another (a restart loses nothing settled), entries recorded while Redis is down
+are written once it is back, and the Prometheus counters agree with the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from support.gateway import Redis, free_port
+from tokenfleet.gateway import redis_client, usage_ledger
+from tokenfleet.signals import usage
+
+NOW = datetime.datetime(2026, 12, 1, 11, 20, tzinfo=datetime.UTC)
+
+
+@pytest.fixture()
+def redis(tmp_path: Path) -> Iterator[Redis]:
+    r = Redis(port=free_port(), log=tmp_path / "redis.log")
+    r.start()
+    yield r
+    r.kill()
+
+
+async def _record_mix(ledger: usage_ledger.UsageLedger) -> None:
+    await ledger.record(
+        tenant="t/a",
+        model="m",
+        pool="t/p",
+        outcome="served",
+        prompt_tokens=100,
+        cached_prompt_tokens=64,
+        completion_tokens=20,
+        now=NOW,
+    )
+    await ledger.record(
+        tenant="t/a",
+        model="m",
+        pool="t/p",
+        outcome="served",
+        prompt_tokens=50,
+        completion_tokens=10,
+        now=NOW,
+    )
+    await ledger.record(
+        tenant="t/b",
+        model="m",
+        pool="t/p",
+        outcome="cancelled",
+        prompt_tokens=3000,
+        completion_tokens=7,
+        now=NOW,
+    )
+
+
+async def _read(url: str) -> list[usage.Entry]:
+    client = redis_client.RespClient(url, timeout=2)
+    try:
+        hours = await usage_ledger.read(client, since=NOW, until=NOW)
+        return [e for _, entries in hours for e in entries]
+    finally:
+        await client.close()
+
+
+def test_a_new_process_reads_what_the_last_one_recorded(redis: Redis) -> None:
+    async def scenario() -> tuple[list[usage.Entry], float]:
+        registry = CollectorRegistry()
+        ledger = usage_ledger.UsageLedger(redis.url, registry=registry)
+        await _record_mix(ledger)
+        await ledger.close()  # the gateway process ends; only Redis remains
+        counted = registry.get_sample_value(
+            usage.USAGE_PROMPT_TOKENS,
+            {"tenant": "t/a", "model": "m", "pool": "t/p", "outcome": "served"},
+        )
+        return await _read(redis.url), counted or 0.0
+
+    entries, counted = asyncio.run(scenario())
+    assert entries == [
+        usage.Entry(
+            tenant="t/a",
+            model="m",
+            pool="t/p",
+            outcome="served",
+            requests=2,
+            prompt_tokens=150,
+            cached_prompt_tokens=64,
+            completion_tokens=30,
+        ),
+        usage.Entry(
+            tenant="t/b",
+            model="m",
+            pool="t/p",
+            outcome="cancelled",
+            requests=1,
+            prompt_tokens=3000,
+            completion_tokens=7,
+        ),
+    ]
+    assert counted == 150  # Prometheus and the ledger agree
+
+
+def test_entries_wait_for_redis_and_land_once(tmp_path: Path) -> None:
+    port = free_port()
+    down = Redis(port=port, log=tmp_path / "redis.log")
+
+    async def scenario() -> list[usage.Entry]:
+        ledger = usage_ledger.UsageLedger(down.url, registry=CollectorRegistry())
+        await _record_mix(ledger)  # Redis is not running: nothing raises, all three wait
+        down.start()
+        assert await ledger.flush()
+        await ledger.close()
+        return await _read(down.url)
+
+    try:
+        entries = asyncio.run(scenario())
+    finally:
+        down.kill()
+    assert [(e.tenant, e.requests) for e in entries] == [("t/a", 2), ("t/b", 1)]
+
+
+def _cli(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "tokenfleet.cli", "usage", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
+HOUR = datetime.datetime(2026, 11, 30, 9, tzinfo=datetime.UTC)  # a whole, closed hour
+WINDOW = ("--since", "1h", "--until", "2026-11-30T10:00:00Z")
+
+
+def test_tokenfleet_usage_reports_the_ledger_with_cost(redis: Redis, tmp_path: Path) -> None:
+    async def record() -> None:
+        ledger = usage_ledger.UsageLedger(redis.url, registry=CollectorRegistry())
+        now = HOUR + datetime.timedelta(minutes=20)
+        await ledger.record(
+            tenant="t/a",
+            model="m",
+            pool="t/p",
+            outcome="served",
+            prompt_tokens=36_000_000,
+            completion_tokens=1_800_000,
+            now=now,
+        )
+        await ledger.record(
+            tenant="t/b",
+            model="m",
+            pool="t/p",
+            outcome="cancelled",
+            prompt_tokens=3_600_000,
+            completion_tokens=360_000,
+            now=now,
+        )
+        await ledger.close()
+
+    asyncio.run(record())
+    plain = json.loads(_cli("--redis", redis.url, *WINDOW, "-o", "json"))
+    assert [(r["tenant"], r["outcome"], r["prompt_tokens"]) for r in plain] == [
+        ("t/a", "served", 36_000_000),
+        ("t/b", "cancelled", 3_600_000),
+    ]
+    only_b = json.loads(_cli("--redis", redis.url, *WINDOW, "--tenant", "t/b", "-o", "json"))
+    assert [r["tenant"] for r in only_b] == ["t/b"]
+    # The hand-computed case of tests/unit/test_cost.py through the ledger: 2 GPU-hours at
+    # 2.00, benched 10k prompt / 1k output tokens per second → a 3.00, b 0.40, idle 0.60.
+    png = tmp_path / "cost.png"
+    priced = json.loads(
+        _cli(
+            "--redis",
+            redis.url,
+            *WINDOW,
+            "-o",
+            "json",
+            "--cost",
+            "--price",
+            "t/p=2.0:1:10000:1000",
+            "--ready-gpus",
+            "t/p=2.0",
+            "--plot",
+            str(png),
+        )
+    )
+    by_tenant = {r["tenant"]: r for r in priced}
+    assert by_tenant["t/a"]["cost"] == pytest.approx(3.0)
+    assert by_tenant["t/a"]["per_request"] == pytest.approx(3.0)
+    assert (
+        by_tenant["t/b"]["cost"] == pytest.approx(0.4) and by_tenant["t/b"]["per_request"] is None
+    )
+    assert by_tenant["(idle)"]["cost"] == pytest.approx(0.6)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = _cli(
+        "--redis",
+        redis.url,
+        *WINDOW,
+        "--cost",
+        "--price",
+        "t/p=2.0:1:10000:1000",
+        "--ready-gpus",
+        "t/p=2.0",
+    )
+    assert table.splitlines()[0].split()[:3] == ["TENANT", "MODEL", "OUTCOME"]

@@ -1,0 +1,124 @@
+"""The budget decision (tokenfleet.api.budget): under and at the limit for each action, periods
+(day, month, December), currency units, the state written to status, and the store arithmetic."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from tokenfleet.api import budget
+from tokenfleet.api.tenant import Budget
+
+NOW = datetime.datetime(2026, 12, 1, 11, 0, tzinfo=datetime.UTC)
+
+
+def _budget(**overrides: object) -> Budget:
+    return Budget.model_validate({"tokens": 1000, **overrides})
+
+
+@pytest.mark.parametrize(
+    ("spec", "used", "cost", "serve", "model", "exceeded", "take"),
+    [
+        pytest.param({}, 0, 1000, True, None, False, True, id="exactly-the-limit-is-served"),
+        pytest.param({}, 1, 1000, False, None, True, False, id="reject-past-the-limit"),
+        pytest.param(
+            {"action": "Downgrade", "downgradeTo": "small"},
+            999,
+            2,
+            True,
+            "small",
+            True,
+            True,
+            id="downgrade-serves-the-named-model",
+        ),
+        pytest.param({"action": "Notify"}, 5000, 1, True, None, True, True, id="notify-serves"),
+        pytest.param(
+            {"tokens": None, "amount": 1.5},
+            1_400_000,
+            100_000,
+            True,
+            None,
+            False,
+            True,
+            id="currency-in-micro-units-under",
+        ),
+        pytest.param(
+            {"tokens": None, "amount": 1.5},
+            1_400_001,
+            100_000,
+            False,
+            None,
+            True,
+            False,
+            id="currency-in-micro-units-over",
+        ),
+    ],
+)
+def test_decide(
+    spec: dict[str, object],
+    used: int,
+    cost: int,
+    serve: bool,
+    model: str | None,
+    exceeded: bool,
+    take: bool,
+) -> None:
+    verdict = budget.decide(budget=_budget(**spec), used=used, cost=cost, now=NOW)
+    assert (verdict.serve, verdict.model, verdict.exceeded, verdict.take) == (
+        serve,
+        model,
+        exceeded,
+        take,
+    )
+
+
+def test_reject_says_when_the_budget_resets() -> None:
+    verdict = budget.decide(budget=_budget(period="Daily"), used=1000, cost=1, now=NOW)
+    assert verdict.retry_after == 13 * 3600
+    assert (
+        verdict.message == "daily budget of 1000 tokens is spent; it resets at 2026-12-02T00:00:00Z"
+    )
+
+
+@pytest.mark.parametrize(
+    ("period", "now", "start", "end", "key"),
+    [
+        pytest.param("Daily", NOW, "2026-12-01", "2026-12-02", "2026-12-01", id="day"),
+        pytest.param("Monthly", NOW, "2026-12-01", "2027-01-01", "2026-12", id="december-wraps"),
+        pytest.param(
+            "Monthly",
+            datetime.datetime(2026, 2, 28, 23, 59, tzinfo=datetime.UTC),
+            "2026-02-01",
+            "2026-03-01",
+            "2026-02",
+            id="february",
+        ),
+    ],
+)
+def test_periods(period: str, now: datetime.datetime, start: str, end: str, key: str) -> None:
+    p = budget.period_of(period, now)  # type: ignore[arg-type]
+    assert (p.start.date().isoformat(), p.end.date().isoformat(), p.key) == (start, end, key)
+
+
+def test_units_and_state() -> None:
+    assert budget.units(_budget(), tokens=7, currency=9.0) == 7
+    money = _budget(tokens=None, amount=2.0)
+    assert budget.units(money, tokens=7, currency=0.0000011) == 2  # rounded up, never free
+    assert budget.state(budget=money, used=2_000_000, now=NOW).state == "Exhausted"
+    within = budget.state(budget=money, used=500_000, now=NOW)
+    assert (within.state, within.used_percent, within.resets_at) == (
+        "WithinBudget",
+        25,
+        "2027-01-01T00:00:00Z",
+    )
+
+
+def test_tally_refuses_only_hard_budgets_and_settles() -> None:
+    tally = budget.Tally(used=900)
+    assert tally.reserve(cost=200, limit=1000, hard=True) == (False, 900)
+    assert tally.reserve(cost=200, limit=1000, hard=False) == (True, 900)
+    tally.settle(delta=-150)
+    assert tally.used == 950
+    tally.settle(delta=-5000)
+    assert tally.used == 0
