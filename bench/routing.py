@@ -76,8 +76,10 @@ ITL_SLO = 0.05  # seconds, mean per request
 DOCUMENTS = 16
 DOC_WORDS = 1000
 OUTPUT_TOKENS = 16
-#: Requests/s the 4-replica fleet serves per workload (measured: RoundRobin's completions at
-#: 2x overload); ``--loads`` are shares of these, scaled by ``--replicas``/4.
+#: Requests/s the 4-replica fleet is taken to serve per workload; ``--loads`` are shares of
+#: these, scaled by ``--replicas``/4. Estimates from the engine model, and too low: in the
+#: first measured sweep (docs/gateway.md) every router still served 130 % of "unique", and
+#: vllm-router 130 % of "shared" — recalibrate before reading the overload columns.
 CAPACITY = {"shared": 24.0, "unique": 8.0}
 #: The tenants' classes and their shares of the traffic.
 MIX = (("critical", 0.1), ("interactive", 0.6), ("batch", 0.3))
