@@ -83,6 +83,42 @@ def test_the_schema_refuses_a_bad_value(helm: Any) -> None:
     assert done.returncode != 0 and "3 x renewSeconds" in done.stderr, done.stderr
 
 
+def test_the_monitoring_switch_installs_the_objects_monitoring_renders(helm: Any) -> None:
+    """monitoring.enabled: the PodMonitors (with the relabelings the local Prometheus runs), the
+    PrometheusRule and the dashboards, in the release namespace with monitoring.labels; the
+    operator serves its metrics on the PodMonitor's port."""
+    args = ["template", "t", str(CHART), "-n", "mon", "--set", "monitoring.enabled=true"]
+    docs = objects(helm(*args, "--set", "monitoring.labels.release=kps").stdout)
+    monitors = {d["metadata"]["name"]: d for d in docs if d["kind"] == "PodMonitor"}
+    assert set(monitors) == {"tokenfleet-workers", "tokenfleet-gateway", "tokenfleet-operator"}
+    workers = monitors["tokenfleet-workers"]["spec"]["podMetricsEndpoints"][0]["relabelings"]
+    assert {r["targetLabel"] for r in workers} >= {"namespace", "pool", "model", "revision", "zone"}
+    rules = [d for d in docs if d["kind"] == "PrometheusRule"]
+    boards = [
+        d
+        for d in docs
+        if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"]["labels"]
+    ]
+    assert len(rules) == 1 and len(boards) == 4
+    for d in [*monitors.values(), *rules, *boards]:
+        assert d["metadata"]["namespace"] == "mon" and d["metadata"]["labels"]["release"] == "kps"
+    operator = next(
+        d for d in docs if d["kind"] == "Deployment" and "operator" in d["metadata"]["name"]
+    )
+    container = operator["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "metrics", "containerPort": 9102} in container["ports"]
+    assert {"name": "TOKENFLEET_METRICS_PORT", "value": "9102"} in container["env"]
+    off = objects(helm("template", "t", str(CHART), "-n", "mon").stdout)
+    assert not [d for d in off if d["kind"] in ("PodMonitor", "PrometheusRule")]
+    only_monitors = objects(
+        helm(
+            *args, "--set", "monitoring.rules=false", "--set", "monitoring.dashboards=false"
+        ).stdout
+    )
+    assert {d["kind"] for d in only_monitors} >= {"PodMonitor"}
+    assert not [d for d in only_monitors if d["kind"] == "PrometheusRule"]
+
+
 def test_rendered_manifests_are_current() -> None:
     done = subprocess.run(
         [

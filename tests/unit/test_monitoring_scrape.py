@@ -34,6 +34,8 @@ def test_committed_rendering_is_current(name: str) -> None:
 
 def test_no_stray_rendered_files() -> None:
     on_disk = {str(p.relative_to(FOLDER)) for p in (FOLDER / "rendered").rglob("*") if p.is_file()}
+    chart = FOLDER / monitoring.CHART_FILES
+    on_disk |= {f"{monitoring.CHART_FILES}/{p.name}" for p in chart.iterdir() if p.is_file()}
     assert on_disk == set(RENDERED)
 
 

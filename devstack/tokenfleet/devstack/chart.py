@@ -24,7 +24,7 @@ def image_ref(tag_file: Path) -> tuple[str, str]:
 
 
 def helm_argv(
-    *, helm: Path, chart: Path, images: Path, ports: Ports, health_port: int
+    *, helm: Path, chart: Path, images: Path, ports: Ports, health_port: int, metrics_port: int
 ) -> list[str]:
     """``helm upgrade --install`` of the chart with the local overlay and this stack's values."""
     repo, tag = image_ref(images / "tokenfleet.tag")
@@ -35,6 +35,7 @@ def helm_argv(
         "kubernetesService.port": str(ports.apiserver),
         "operator.prometheusUrl": f"http://127.0.0.1:{ports.prometheus}",
         "operator.healthPort": health_port,
+        "operator.metricsPort": metrics_port,  # hostNetwork: a free port, not the default
         "gateway.port": ports.gateway,
         "redis.port": ports.redis,
         "redis.image.repository": redis_repo,

@@ -160,21 +160,31 @@ def dump(docs: list[Doc], source: str) -> str:
     return HEADER.format(source=source) + text
 
 
+#: Where the chart finds the rendered Prometheus Operator objects, relative to monitoring/.
+CHART_FILES = "../charts/tokenfleet/files/monitoring"
+
+
 def render_files(folder: Path) -> dict[str, str]:
     """Relative path under ``folder`` → the text that must be there."""
     scrape = load(folder / "scrape.yaml")
     rules = load(folder / "rules.yaml")
     boards = [dashboards.dashboard(d) for d in load(folder / "dashboards.yaml")["dashboards"]]
     maps = [dashboards.configmap(b, namespace=INSTALL_NAMESPACE, labels=PART_OF) for b in boards]
+    operator_objects = {
+        "dashboards-configmaps.yaml": dump(maps, "dashboards.yaml"),
+        "prometheusrule.yaml": dump([prometheus_rule(rules)], "rules.yaml"),
+        "podmonitors.yaml": dump(pod_monitors(scrape), "scrape.yaml"),
+    }
     return {
         **{f"rendered/dashboards/{b['uid']}.json": dashboards.to_json(b) for b in boards},
-        "rendered/dashboards-configmaps.yaml": dump(maps, "dashboards.yaml"),
+        **{f"rendered/{name}": text for name, text in operator_objects.items()},
         "rendered/rules.yaml": dump([{"groups": rule_groups(rules)}], "rules.yaml"),
-        "rendered/prometheusrule.yaml": dump([prometheus_rule(rules)], "rules.yaml"),
-        "rendered/podmonitors.yaml": dump(pod_monitors(scrape), "scrape.yaml"),
         "rendered/scrape-configs.yaml": dump(
             [{"scrape_configs": scrape_configs(scrape)}], "scrape.yaml"
         ),
+        # The chart installs the same objects (monitoring.enabled); Helm reads only files inside
+        # the chart, so they are copied there, checked current with the rest.
+        **{f"{CHART_FILES}/{name}": text for name, text in operator_objects.items()},
     }
 
 

@@ -437,6 +437,7 @@ class Stack:
             images=self.options.images_dir,
             ports=self.ports,
             health_port=processes.free_port(),
+            metrics_port=processes.free_port(),
         )
         env = {**os.environ, "KUBECONFIG": str(self.files.kubeconfig)}
         log.info("installing the chart onto %s", realnode.NODE_NAME)
