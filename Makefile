@@ -91,10 +91,12 @@ monitoring: $(VENV)/.installed
 unit: $(VENV)/.installed native
 	$(PY) -m pytest tests/unit
 
-integration: $(VENV)/.installed binaries
+# The real-node tests and the make-up journey run the images: build them from these sources
+# (cached by a hash of their inputs, so only a change rebuilds).
+integration: $(VENV)/.installed binaries images
 	$(PY) -m pytest tests/integration
 
-test: lint binaries native
+test: lint binaries native images
 	$(PY) -m pytest tests
 
 # Benchmarks print figures side by side; they assert nothing and are not part of make test.
