@@ -88,3 +88,13 @@ def test_api_server_trusts_the_stack_ca_and_dials_kubelets_by_name() -> None:
 def test_gpus_are_advertised_as_an_extended_resource() -> None:
     status = realnode.gpu_status()
     assert status["capacity"] == status["allocatable"] == {labels.GPU_RESOURCE: str(realnode.GPUS)}
+
+
+def test_the_node_root_leaves_room_for_its_unix_sockets() -> None:
+    """containerd's and the kubelet's sockets live under the root: 104 bytes at most."""
+    from tokenfleet.devstack import realnode_host
+
+    files = NodeFiles(root=realnode_host.ROOT)
+    longest = files.kubelet_root / "pod-resources" / "1234567890"
+    for path in (files.socket, Path(f"{files.socket}.ttrpc"), longest):
+        assert len(str(path)) < 104, path

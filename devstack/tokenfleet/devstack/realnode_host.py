@@ -32,6 +32,11 @@ from tokenfleet.kubeapi import ApiError, KubeApi
 log = logging.getLogger("tokenfleet.devstack.realnode")
 
 LOCK = Path("/run/tokenfleet/real-node.lock")
+#: The node's state (a tmpfs). Not under the stack's state directory: containerd's and the
+#: kubelet's unix sockets live in it, and a socket path may not exceed 104 bytes, which a state
+#: directory under a test's tmp_path already does. One real node per machine (LOCK), so one
+#: fixed short folder.
+ROOT = Path("/run/tokenfleet/real-node")
 HOSTS = Path("/etc/hosts")
 CNI_BIN = Path("/usr/lib/cni")
 READY_TIMEOUT_SECONDS = 90.0
@@ -57,7 +62,7 @@ class RealNode:
     """One kubelet node on this machine, started and torn down by the stack."""
 
     def __init__(self, *, state_dir: Path, bin_dir: Path, images_dir: Path, logs: Path) -> None:
-        self.files = NodeFiles(root=state_dir / "real-node")
+        self.files = NodeFiles(root=ROOT)
         self._bin = bin_dir
         self._images = images_dir
         self._logs = logs
