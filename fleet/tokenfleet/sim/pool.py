@@ -29,10 +29,6 @@ CHARS_PER_TOKEN = 4  # to turn a shared prefix's tokens into the prompt text rou
 NONE_EJECTED: frozenset[str] = frozenset()
 
 
-#: The golden ratio's fractional part: successive multiples spread evenly over [0, 1).
-GOLDEN = 0.6180339887498949
-
-
 class Pool:
     """A pool's gateway state and replicas."""
 
@@ -110,26 +106,12 @@ class Pool:
     def admit(self, req: Request, now: float) -> None:
         self.arrivals += 1
         decision = admission.admit(
-            policies=self.policies,
-            load=self.load,
-            cls=req.cls,
-            now=now,
-            deadline=req.deadline,
-            work=admission.work(prompt_tokens=req.input, max_tokens=req.output),
-            # graded shedding's draw: a low-discrepancy sequence over arrivals, so a run
-            # replays exactly without a random source of its own
-            draw=(req.index * GOLDEN) % 1.0,
+            policies=self.policies, load=self.load, cls=req.cls, now=now, deadline=req.deadline
         )
         if type(decision) is admission.Start:
             self._start(req, now)
         elif type(decision) is admission.Enqueue:
-            self.ledger.enqueue(
-                req,
-                cls=req.cls,
-                enqueued_at=req.arrival,
-                deadline=req.deadline,
-                work=admission.work(prompt_tokens=req.input, max_tokens=req.output),
-            )
+            self.ledger.enqueue(req, cls=req.cls, enqueued_at=req.arrival, deadline=req.deadline)
         else:
             assert isinstance(decision, Rejected)
             self.end(req, "shed", decision.reason.value, now)
@@ -210,13 +192,7 @@ class Pool:
         if req.finished is None:
             req.finished = now
         if outcome in ("served", "failed") and req.dispatched is not None:
-            first = req.first_token
-            self.ledger.release(
-                req.cls,
-                completed=outcome == "served",
-                work=admission.work(prompt_tokens=req.input, max_tokens=req.output),
-                prefill=None if first is None else first - req.dispatched,
-            )
+            self.ledger.release(req.cls, completed=outcome == "served")
         self.rec.ended(req)
 
     def _pop(self, head: Waiting) -> Request:

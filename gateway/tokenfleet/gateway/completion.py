@@ -277,45 +277,26 @@ class Completion:
         capacity = state.capacity(key)
         state.metrics.pool_arrivals.labels(key, cls).inc()
         state.metrics.queue_depth.labels(key, cls).set(queue.depth(cls) + 1)
-        # goodput (issue 15): admission counts token work and learns the time to first token
-        work = admission.work(
-            prompt_tokens=admitted.parsed.prompt_tokens, max_tokens=admitted.max_tokens
-        )
         refused = await state.admitter.acquire(
-            pool=key,
-            policies=to.pool.classes,
-            capacity=capacity,
-            cls=cls,
-            deadline=admitted.due,
-            work=work,
+            pool=key, policies=to.pool.classes, capacity=capacity, cls=cls, deadline=admitted.due
         )
         self.observe_queue(to)
         if refused is not None:
             return refused
-        slot_at = time.monotonic()
-        state.metrics.queue_wait.labels(key, cls).observe(slot_at - self.started)
+        state.metrics.queue_wait.labels(key, cls).observe(time.monotonic() - self.started)
         state.metrics.in_flight.labels(key, cls).inc()
         self.served = to
-        first_byte_at: float | None = None
         try:
             max_tokens = admission.max_tokens(
                 policy=to.pool.classes[cls],
                 load=queue.load(capacity),
                 requested=admitted.max_tokens,
             )
-            outcome = await self.proxied(admitted, to, max_tokens)
-            if not isinstance(outcome, Rejected):
-                first_byte_at = outcome.first_byte_at
-            return Answered(target=to, outcome=outcome)
+            return Answered(target=to, outcome=await self.proxied(admitted, to, max_tokens))
         finally:
             state.metrics.in_flight.labels(key, cls).dec()
             state.admitter.release(
-                pool=key,
-                policies=to.pool.classes,
-                capacity=state.capacity(key),
-                cls=cls,
-                work=work,
-                prefill=None if first_byte_at is None else first_byte_at - slot_at,
+                pool=key, policies=to.pool.classes, capacity=state.capacity(key), cls=cls
             )
             self.observe_queue(to)
 

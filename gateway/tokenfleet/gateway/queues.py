@@ -8,7 +8,6 @@ are a :class:`~tokenfleet.gateway.policy.ledger.Ledger` per pool, the one the si
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Mapping
 from typing import TypeAlias
@@ -29,9 +28,8 @@ def _granted(future: asyncio.Future[Rejected | None]) -> bool:
 class Admitter:
     """All pools' queues in this process."""
 
-    def __init__(self, *, seed: int = 0) -> None:
+    def __init__(self) -> None:
         self.pools: dict[str, PoolQueue] = {}
-        self.rng = random.Random(seed)  # graded shedding's draws: seeded, so a run replays
 
     def queue(self, pool: str) -> PoolQueue:
         q = self.pools.get(pool)
@@ -47,11 +45,8 @@ class Admitter:
         capacity: int,
         cls: str,
         deadline: float,
-        work: float = 1.0,
     ) -> Rejected | None:
-        """Wait for a slot; None once the request may run (then call :meth:`release`).
-
-        ``work``: the request's token work (:func:`admission.work`)."""
+        """Wait for a slot; None once the request may run (then call :meth:`release`)."""
         q = self.queue(pool)
         now = time.monotonic()
         if capacity <= 0:
@@ -61,13 +56,7 @@ class Admitter:
                 message="no ready replica serves this model right now",
             )
         decision = admission.admit(
-            policies=policies,
-            load=q.load(capacity),
-            cls=cls,
-            now=now,
-            deadline=deadline,
-            work=work,
-            draw=self.rng.random(),
+            policies=policies, load=q.load(capacity), cls=cls, now=now, deadline=deadline
         )
         if isinstance(decision, Rejected):
             return decision
@@ -75,8 +64,8 @@ class Admitter:
             q.start(cls)
             return None
         future: asyncio.Future[Rejected | None] = asyncio.get_running_loop().create_future()
-        entry = q.enqueue(future, cls=cls, enqueued_at=now, deadline=deadline, work=work)
-        limit = min(deadline, now + policies[cls].queue_limit) - now
+        entry = q.enqueue(future, cls=cls, enqueued_at=now, deadline=deadline)
+        limit = min(deadline, now + policies[cls].max_queue_age) - now
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout=max(0.0, limit))
         except TimeoutError:
@@ -102,19 +91,11 @@ class Admitter:
                 future.cancel()
 
     def release(
-        self,
-        *,
-        pool: str,
-        policies: Mapping[str, ClassPolicy],
-        capacity: int,
-        cls: str,
-        work: float = 1.0,
-        prefill: float | None = None,
+        self, *, pool: str, policies: Mapping[str, ClassPolicy], capacity: int, cls: str
     ) -> None:
-        """A request finished: free its slot and start whoever is next. ``work`` and
-        ``prefill`` (seconds from its slot to its first token) feed the admission estimates."""
+        """A request finished: free its slot and start whoever is next."""
         q = self.queue(pool)
-        q.release(cls, work=work, prefill=prefill)
+        q.release(cls)
         q.measure_at(time.monotonic())
         self.wake(pool=pool, policies=policies, capacity=capacity)
 

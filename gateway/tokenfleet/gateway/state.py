@@ -12,7 +12,6 @@ from tokenfleet.gateway.budget_store import BudgetStore
 from tokenfleet.gateway.catalog import Catalog
 from tokenfleet.gateway.config import Settings
 from tokenfleet.gateway.metrics import Metrics
-from tokenfleet.gateway.policy import admission
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
 from tokenfleet.gateway.router import Router
@@ -37,9 +36,7 @@ class GatewayState:
     capacities: dict[str, int] = dataclasses.field(default_factory=dict)  # pool → concurrency
 
     def capacity(self, pool: str) -> int:
-        """This process's share of the requests the pool's ready endpoints take at once
-        (computed once per catalog): every gateway process admits its share, so together
-        they never put more in flight than the engines have slots."""
+        """Requests the pool's ready endpoints take at once (computed once per catalog)."""
         return self.capacities.get(pool, 0)
 
     def swap(self, catalog: Catalog) -> None:
@@ -48,11 +45,7 @@ class GatewayState:
         self.router.forget_gone(frozenset(e.url for e in catalog.endpoints.endpoints))
         self.changed.set()
         self.changed = asyncio.Event()
-        processes = max(1, self.settings.workers) * max(1, self.settings.expected_replicas)
-        self.capacities = {
-            key: admission.share(capacity(catalog, key), processes=processes)
-            for key in catalog.pools
-        }
+        self.capacities = {key: capacity(catalog, key) for key in catalog.pools}
         self.catalog_loaded = True
         for name, model in catalog.models.items():
             if name == model.name:

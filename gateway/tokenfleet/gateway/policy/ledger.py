@@ -21,7 +21,7 @@ import collections
 from collections.abc import Iterable
 from typing import Generic, TypeVar
 
-from tokenfleet.gateway.policy.admission import PoolLoad, Waiting, ewma_rate, ewma_sample
+from tokenfleet.gateway.policy.admission import PoolLoad, Waiting, ewma_rate
 
 T = TypeVar("T")
 
@@ -32,10 +32,6 @@ RATE_WINDOW = 1.0
 
 class Ledger(Generic[T]):
     """In-flight and queued requests per class, each class's head, and the service rate.
-
-    Work (token units, :func:`admission.work`) is counted beside requests: queued work per
-    class, and the work rate of completions. A caller that passes no ``work`` counts 1 per
-    request. ``prefill`` is the average time from a slot to the first token.
 
     ``T`` is what a waiter carries for its shell: a future in the gateway, the request in the
     simulator. ``classes`` may be given up front (the simulator: every lookup then finds its
@@ -54,14 +50,6 @@ class Ledger(Generic[T]):
         """Completions per second, exponentially weighted (:func:`admission.ewma_rate`)."""
         self.completions = 0
         """Completions since the last measurement."""
-        self.queued_work: dict[str, float] = dict.fromkeys(names, 0.0)
-        """Class → token work waiting."""
-        self.work_rate = 0.0
-        """Token work completed per second, exponentially weighted."""
-        self.completed_work = 0.0
-        """Work completed since the last measurement."""
-        self.prefill = 0.0
-        """Seconds from a slot to the first token, averaged over requests (0: none yet)."""
         self.rate_at = now
         """When the rate was last measured (seconds on the caller's clock)."""
         self._lines: dict[str, collections.deque[Waiting]] = {}
@@ -78,9 +66,6 @@ class Ledger(Generic[T]):
             queued=self.queued,
             heads=self.heads,
             service_rate=self.service_rate,
-            queued_work=self.queued_work,
-            work_rate=self.work_rate,
-            prefill=self.prefill,
         )
 
     def depth(self, cls: str) -> int:
@@ -95,32 +80,16 @@ class Ledger(Generic[T]):
         """A request of ``cls`` takes a slot."""
         self.in_flight[cls] = self.in_flight.get(cls, 0) + 1
 
-    def release(
-        self,
-        cls: str,
-        *,
-        completed: bool = True,
-        work: float = 1.0,
-        prefill: float | None = None,
-    ) -> None:
-        """A request of ``cls`` gives its slot back; ``completed`` counts it (and its ``work``)
-        in the rates; ``prefill``: seconds from its slot to its first token, if it had one."""
+    def release(self, cls: str, *, completed: bool = True) -> None:
+        """A request of ``cls`` gives its slot back; ``completed`` counts it in the rate."""
         self.in_flight[cls] = max(0, self.in_flight.get(cls, 0) - 1)
         if completed:
             self.completions += 1
-            self.completed_work += work
-        if prefill is not None:
-            self.prefill = ewma_sample(self.prefill, prefill)
 
-    def enqueue(
-        self, item: T, *, cls: str, enqueued_at: float, deadline: float, work: float = 1.0
-    ) -> Waiting:
+    def enqueue(self, item: T, *, cls: str, enqueued_at: float, deadline: float) -> Waiting:
         """``item`` waits at the back of its class's line; its entry, for :meth:`remove`."""
         self._ticket += 1
-        entry = Waiting(
-            ticket=self._ticket, cls=cls, enqueued_at=enqueued_at, deadline=deadline, work=work
-        )
-        self.queued_work[cls] = self.queued_work.get(cls, 0.0) + work
+        entry = Waiting(ticket=self._ticket, cls=cls, enqueued_at=enqueued_at, deadline=deadline)
         line = self._lines.get(cls)
         if line is None:
             line = self._lines[cls] = collections.deque()
@@ -139,10 +108,6 @@ class Ledger(Generic[T]):
         item = self._items.pop(ticket)
         cls = entry.cls
         self.queued[cls] -= 1
-        # never below zero from float sums; exactly zero once the class has nobody waiting
-        self.queued_work[cls] = (
-            max(0.0, self.queued_work[cls] - entry.work) if self.queued[cls] else 0.0
-        )
         head = self.heads.get(cls)
         if head is not None and head.ticket == ticket:
             line = self._lines[cls]
@@ -159,9 +124,7 @@ class Ledger(Generic[T]):
     def measure(self, seconds: float) -> None:
         """Fold the completions of the last ``seconds`` into the service rate."""
         self.service_rate = ewma_rate(self.service_rate, self.completions, seconds)
-        self.work_rate = ewma_rate(self.work_rate, self.completed_work, seconds)
         self.completions = 0
-        self.completed_work = 0.0
 
     def measure_at(self, now: float, *, every: float = RATE_WINDOW) -> None:
         """Measure the rate over the time since the last measurement, once ``every`` passed."""
