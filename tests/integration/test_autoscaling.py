@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 from prometheus_api_client import PrometheusConnect
 
 from support.cluster import Cluster, scraped, wait_for
