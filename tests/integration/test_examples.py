@@ -198,3 +198,21 @@ def test_06_capacity_plan() -> None:
     assert "per hour" in out and "per successful request" in out, out
     shown = readme_block(readme, "It prints:")
     assert out == shown, "06's README shows stale output: paste the new one"
+
+
+def test_07_quality_canary(cluster: Cluster, ns: str) -> None:
+    """Every object of the example is accepted by the API server (its CEL validation) and the
+    README walks through `kubectl tokenfleet rollout`; the rollout journey itself — the
+    quantized canary rolled back with QualityRegression, the good one promoted — runs in
+    tests/integration/test_quality_gate.py."""
+    folder = EXAMPLES / "07-quality-canary"
+    # canary-*.yaml are the patches the README applies to the ModelDeployment, not objects.
+    objects_ = [m for m in sorted(folder.glob("*.yaml")) if "\nkind:" in "\n" + m.read_text()]
+    assert len(objects_) >= 3, objects_
+    for manifest in objects_:
+        done = cluster.kubectl(
+            "apply", "--dry-run=server", "-n", ns, "-f", str(manifest), check=False
+        )
+        assert done.returncode == 0, (manifest.name, done.stderr)
+    readme = (folder / "README.md").read_text()
+    assert "kubectl tokenfleet rollout" in readme and "QualityRegression" in readme
