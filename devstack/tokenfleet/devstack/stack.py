@@ -48,6 +48,9 @@ REPO = Path(__file__).resolve().parents[3]
 CACHE = Path(os.environ.get("TOKENFLEET_CACHE", Path.home() / ".cache/tokenfleet"))
 HEALTH_TIMEOUT_SECONDS = 90.0
 AGENT_STOP_SECONDS = 20.0  # its simulators get 5 s of grace; the rest is margin
+#: Stopped last and one at a time: every client first, then the API server (while its storage
+#: still answers, so it drains in a second instead of retrying etcd until it is killed), then etcd.
+STOPPED_LAST = ("kube-apiserver", "etcd")
 
 
 class StackError(Exception):
@@ -218,8 +221,14 @@ class Stack:
             info_path(self.options.state_dir).unlink(missing_ok=True)
             if self.real_node is not None:  # first: its kubelet still reaches the API server
                 await asyncio.to_thread(self.real_node.stop)
-            processes.stop(list(reversed(self._children)))
+            self._stop_children()
             log.info("stopped")
+
+    def _stop_children(self) -> None:
+        leaving = list(reversed(self._children))
+        processes.stop([c for c in leaving if c.name not in STOPPED_LAST])
+        for name in STOPPED_LAST:
+            processes.stop([c for c in leaving if c.name == name])
 
     def _prepare_files(self) -> str:
         for folder in (self.files.pki, self.files.logs, self.files.etcd_data):
