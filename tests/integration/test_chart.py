@@ -145,7 +145,14 @@ def test_helm_template_is_accepted_by_the_api_server(
     kinds = {d["kind"] for d in docs}
     assert {"CustomResourceDefinition", "Deployment", "ClusterRole", "Role", "Secret"} <= kinds
     done = cluster.kubectl(
-        "apply", "--server-side", "--dry-run=server", "-f", "-", stdin=rendered, check=False
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--dry-run=server",
+        "-f",
+        "-",
+        stdin=rendered,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("(server dry run)") == len(docs)
@@ -175,9 +182,12 @@ def test_the_kustomize_install_holds_the_charts_objects(cluster: Cluster, helm: 
         assert crds[crd["metadata"]["name"]] == crd
     # A dry run cannot create the namespace its objects go in: that one is applied for real.
     cluster.kubectl("apply", "-k", str(REPO / "manifests" / "base" / "namespace"))
+    # Other tests on this shared cluster apply manifests/operator client-side into the same
+    # namespace; a GitOps tool taking those objects over forces the field conflicts too.
     done = cluster.kubectl(
         "apply",
         "--server-side",
+        "--force-conflicts",
         "--dry-run=server",
         "-k",
         str(REPO / "manifests" / "install"),
