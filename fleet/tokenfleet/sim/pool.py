@@ -192,7 +192,9 @@ class Pool:
         if req.finished is None:
             req.finished = now
         if outcome in ("served", "failed") and req.dispatched is not None:
-            self.ledger.release(req.cls, completed=outcome == "served")
+            self.ledger.release(
+                req.cls, completed=outcome == "served", held_seconds=req.finished - req.dispatched
+            )
         self.rec.ended(req)
 
     def _pop(self, head: Waiting) -> Request:

@@ -283,7 +283,8 @@ class Completion:
         self.observe_queue(to)
         if refused is not None:
             return refused
-        state.metrics.queue_wait.labels(key, cls).observe(time.monotonic() - self.started)
+        holding_since = time.monotonic()
+        state.metrics.queue_wait.labels(key, cls).observe(holding_since - self.started)
         state.metrics.in_flight.labels(key, cls).inc()
         self.served = to
         try:
@@ -296,7 +297,11 @@ class Completion:
         finally:
             state.metrics.in_flight.labels(key, cls).dec()
             state.admitter.release(
-                pool=key, policies=to.pool.classes, capacity=state.capacity(key), cls=cls
+                pool=key,
+                policies=to.pool.classes,
+                capacity=state.capacity(key),
+                cls=cls,
+                held_seconds=time.monotonic() - holding_since,
             )
             self.observe_queue(to)
 

@@ -91,11 +91,18 @@ class Admitter:
                 future.cancel()
 
     def release(
-        self, *, pool: str, policies: Mapping[str, ClassPolicy], capacity: int, cls: str
+        self,
+        *,
+        pool: str,
+        policies: Mapping[str, ClassPolicy],
+        capacity: int,
+        cls: str,
+        held_seconds: float | None = None,
     ) -> None:
-        """A request finished: free its slot and start whoever is next."""
+        """A request finished after holding its slot ``held_seconds``: free the slot and start
+        whoever is next."""
         q = self.queue(pool)
-        q.release(cls)
+        q.release(cls, held_seconds=held_seconds)
         q.measure_at(time.monotonic())
         self.wake(pool=pool, policies=policies, capacity=capacity)
 

@@ -96,6 +96,28 @@ def test_a_measurement_over_given_seconds_matches_the_core() -> None:
     assert (ledger.service_rate, ledger.completions) == (15.0, 0)
 
 
+def test_a_quiet_spell_does_not_make_the_pool_look_slow() -> None:
+    """One 1-second request after 60 idle seconds: completions say 1/60 per second, but three
+    slots each freed in a second sustain 3 per second, so queue waits are judged by that."""
+    ledger: Ledger[str] = Ledger(now=0.0)
+    ledger.start("c")
+    ledger.release("c", held_seconds=1.0)
+    ledger.measure_at(60.0)
+    assert ledger.service_rate == pytest.approx(1 / 60)
+    assert ledger.load(3).service_rate == pytest.approx(3.0)
+
+
+def test_the_hold_time_follows_recent_requests_and_ignores_unserved_ones() -> None:
+    ledger: Ledger[str] = Ledger()
+    for held in (1.0, 2.0):
+        ledger.start("c")
+        ledger.release("c", held_seconds=held)
+    ledger.start("c")
+    ledger.release("c", completed=False, held_seconds=100.0)  # failed: not a service time
+    assert ledger.hold_seconds == pytest.approx(1.0 + 0.2 * (2.0 - 1.0))
+    assert ledger.load(2).service_rate == pytest.approx(2 / 1.2)
+
+
 HELD = prefix.Match(blocks={"u": 2}, total=4)
 
 

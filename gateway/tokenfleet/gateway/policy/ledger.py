@@ -28,6 +28,8 @@ T = TypeVar("T")
 #: Seconds between service-rate measurements when they are taken at completions (the gateway):
 #: shorter windows make the average jump with every burst of completions.
 RATE_WINDOW = 1.0
+#: Weight of the newest request in the average time a request holds its slot.
+HOLD_WEIGHT = 0.2
 
 
 class Ledger(Generic[T]):
@@ -48,6 +50,8 @@ class Ledger(Generic[T]):
         """Class → its oldest live waiter; absent while the class has none."""
         self.service_rate = 0.0
         """Completions per second, exponentially weighted (:func:`admission.ewma_rate`)."""
+        self.hold_seconds = 0.0
+        """Seconds a completed request held its slot, exponentially weighted (0 until one did)."""
         self.completions = 0
         """Completions since the last measurement."""
         self.rate_at = now
@@ -65,8 +69,18 @@ class Ledger(Generic[T]):
             in_flight=self.in_flight,
             queued=self.queued,
             heads=self.heads,
-            service_rate=self.service_rate,
+            service_rate=self.rate_for(capacity),
         )
+
+    def rate_for(self, capacity: int) -> float:
+        """Requests per second ``capacity`` slots serve: the measured completion rate, or the
+        rate the slots sustain by Little's law (capacity / hold time), whichever is higher.
+
+        Completions per second measure demand while the pool is not saturated: after a quiet
+        minute one completion reads as one request a minute, and a burst would be refused as
+        unmeetable though every slot frees in a second. Hold time does not decay with idleness."""
+        sustained = capacity / self.hold_seconds if self.hold_seconds > 0 else 0.0
+        return max(self.service_rate, sustained)
 
     def depth(self, cls: str) -> int:
         return self.queued.get(cls, 0)
@@ -80,11 +94,21 @@ class Ledger(Generic[T]):
         """A request of ``cls`` takes a slot."""
         self.in_flight[cls] = self.in_flight.get(cls, 0) + 1
 
-    def release(self, cls: str, *, completed: bool = True) -> None:
-        """A request of ``cls`` gives its slot back; ``completed`` counts it in the rate."""
+    def release(
+        self, cls: str, *, completed: bool = True, held_seconds: float | None = None
+    ) -> None:
+        """A request of ``cls`` gives its slot back; ``completed`` counts it in the rate and its
+        ``held_seconds`` (how long it held the slot) in the hold time."""
         self.in_flight[cls] = max(0, self.in_flight.get(cls, 0) - 1)
         if completed:
             self.completions += 1
+            if held_seconds is not None and held_seconds > 0:
+                previous = self.hold_seconds
+                self.hold_seconds = (
+                    held_seconds
+                    if previous <= 0
+                    else previous + HOLD_WEIGHT * (held_seconds - previous)
+                )
 
     def enqueue(self, item: T, *, cls: str, enqueued_at: float, deadline: float) -> Waiting:
         """``item`` waits at the back of its class's line; its entry, for :meth:`remove`."""
