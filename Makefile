@@ -18,7 +18,7 @@ export TOKENFLEET_APT := redis-server:redis-server gcc:build-essential \
   /usr/lib/cni/bridge:containernetworking-plugins
 
 .PHONY: help up down status test unit integration lint crds manifests monitoring bench clean \
-  preflight binaries native images locks
+  preflight binaries native images prepared locks
 
 help:
 	@echo "make up      start the local platform (control plane, simulated GPU nodes, node agent)"
@@ -50,9 +50,17 @@ binaries: preflight
 
 # Container images (TokenFleet, the worker simulator, the real node's pause image), built with
 # podman on a Debian base bootstrapped with mmdebstrap; cached per user by a hash of their inputs.
-images: binaries $(VENV)/.installed
+images: preflight $(VENV)/.installed
 	@echo "building container images (cached in $(TOKENFLEET_CACHE)/images) ..."
 	@PYTHON=$(PY) tools/images.sh >/dev/null
+
+# Both at once: the Go builds keep the cores busy while the image builds mostly wait on
+# downloads and disk (the worker image waits only for the simulator's set).
+prepared: preflight $(VENV)/.installed
+	@echo "building binaries and images (cached in $(TOKENFLEET_CACHE)) ..."
+	@tools/build.sh >/dev/null & go_builds=$$!; \
+	  PYTHON=$(PY) tools/images.sh >/dev/null || { kill $$go_builds 2>/dev/null; exit 1; }; \
+	  wait $$go_builds
 
 # The images' dependency locks (hashes included) from pyproject.toml and the worker's inputs.
 LOCK := $(VENV)/bin/uv pip compile --universal --python-version 3.11 --generate-hashes --quiet \
@@ -66,7 +74,7 @@ locks: $(VENV)/.installed
 native: $(VENV)/.installed
 	@$(PY) tools/build_native.py
 
-up: $(VENV)/.installed binaries images native
+up: $(VENV)/.installed prepared native
 	@$(PY) -m tokenfleet.devstack up
 
 down: $(VENV)/.installed
@@ -93,10 +101,10 @@ unit: $(VENV)/.installed native
 
 # The real-node tests and the make-up journey run the images: build them from these sources
 # (cached by a hash of their inputs, so only a change rebuilds).
-integration: $(VENV)/.installed binaries images
+integration: $(VENV)/.installed prepared
 	$(PY) -m pytest tests/integration
 
-test: lint binaries native images
+test: lint prepared native
 	$(PY) -m pytest tests
 
 # Benchmarks print figures side by side; they assert nothing and are not part of make test.

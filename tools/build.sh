@@ -4,6 +4,7 @@
 # one directory holding links to all binaries). Progress goes to stderr.
 #
 #   tools/build.sh            build what is missing, print the links directory
+#   tools/build.sh sim ...    only the named sets (tools/images.sh asks for the simulator's)
 #   TOKENFLEET_CACHE=DIR      cache root (default ~/.cache/tokenfleet)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,9 +28,13 @@ key() {
 
 build_set() { # name module-path import-paths...
   local name=$1 mod=$2; shift 2
-  local k out
+  local k out lock
   k=$(key "$name" "$mod")
   out=$cache/bin/$k
+  # One builder per set: a second build.sh (tools/images.sh asking for the simulator while make
+  # builds everything) waits for the first instead of building the same set beside it.
+  exec {lock}>"$out.lock"
+  flock "$lock"
   if [ -f "$out/.complete" ]; then
     echo "  $name: cached in $out" >&2
   else
@@ -49,6 +54,7 @@ build_set() { # name module-path import-paths...
   for f in "$out"/*; do "$f" --version >/dev/null 2>&1 || "$f" version --client >/dev/null 2>&1 \
     || "$f" version >/dev/null 2>&1 || "$f" -v >/dev/null 2>&1 \
     || { echo "error: $f does not run; delete $out and build again" >&2; exit 1; }; done
+  exec {lock}>&-
 }
 
 mkdir -p "$cache/bin/current"
@@ -64,8 +70,13 @@ done
 # downloads, linking), so a cold build of all of them took 17.6 min in sequence at about one
 # core. Each set's progress lines carry its name.
 pids=()
+wanted=" ${*:-all} "
+for name in "$@"; do
+  [ -f "$here/$name/go.mod" ] || { echo "error: no binary set '$name' (tools/*/go.mod)" >&2; exit 2; }
+done
 in_background() { # name args...: build_set in the background, its stderr prefixed
   local name=$1
+  [ "$wanted" = " all " ] || [[ $wanted == *" $name "* ]] || return 0
   (build_set "$@" 2>&1 | sed -u "s/^/[$name] /" >&2) &  # pipefail: the status is build_set's
   pids+=("$!")
 }

@@ -4,8 +4,8 @@
 # directory of image archives on stdout (current/<name>.tar, ready for `ctr images import`).
 # Progress goes to stderr.
 #
-#   tools/images.sh           build what is missing (after tools/build.sh: the worker-simulator
-#                             image packs its llm-d-inference-sim binary)
+#   tools/images.sh           build what is missing (the worker-simulator image packs the
+#                             llm-d-inference-sim binary: tools/build.sh sim provides it)
 #   TOKENFLEET_CACHE=DIR      cache root (default ~/.cache/tokenfleet)
 #
 # No registry can be reached here, so the base is bootstrapped from Debian's packages with
@@ -142,8 +142,11 @@ build_image tokenfleet "$ctx" "ghcr.io/tokenfleet/tokenfleet:$version" "$base_ke
   --build-arg "BASE=$base_tag"
 
 # 4. The worker simulator: the worker image's entrypoint in front of llm-d-inference-sim.
+# Only this image needs a Go binary: make builds the others side by side with tools/build.sh,
+# and this waits for (or builds) the simulator's set alone.
+"$here/build.sh" sim >/dev/null
 sim=$(readlink -f "$bin/llm-d-inference-sim")
-[ -x "$sim" ] || { echo "error: $bin/llm-d-inference-sim is missing: run tools/build.sh first" >&2; exit 2; }
+[ -x "$sim" ] || { echo "error: $bin/llm-d-inference-sim is missing after tools/build.sh sim" >&2; exit 2; }
 sim_ver=$(basename "$(dirname "$sim")" | cut -d- -f2)
 ctx=$(context worker-sim images/worker-sim worker-image/tokenfleet)
 cp "$sim" "$ctx/llm-d-inference-sim"
