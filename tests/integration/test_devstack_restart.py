@@ -1,5 +1,5 @@
-"""A stack restarted with pods present keeps pod IPs unique (issue #21: two Running pods with
-one IP after `make down/up`).
+"""A stack restarted with pods present keeps pod IPs unique, and a pod the node agent cannot
+start says why in its status (issue #21: two Running pods with one IP after `make down/up`).
 
 Many pods share one node on purpose: at a restart the pods of the earlier run are deleted while
 their controllers already recreate them, and a pod IP allocator that does not know the earlier
@@ -9,6 +9,7 @@ run's addresses hands one out again while its old owner still exists.
 from __future__ import annotations
 
 import collections
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +115,34 @@ def test_pod_ips_stay_unique_after_a_restart_with_pods_present(tmp_path: Path) -
     finally:
         assert not stop_stack(cluster)
 
+
+def test_a_pod_whose_address_is_taken_says_so_in_its_status(tmp_path: Path) -> None:
+    """Something else holds the worker's port on every address: the agent cannot listen on the
+    pod's IP. The pod must say so (a Ready condition with the reason and an Event), not stay
+    NotReady with nothing in its status."""
+    cluster = start_stack(tmp_path / "state")
+    try:
+        with socket.socket() as squatter:
+            squatter.bind(("0.0.0.0", 0))  # every address: the pod IP is not known beforehand
+            squatter.listen()
+            port = squatter.getsockname()[1]
+            cluster.kubectl("create", "namespace", NAMESPACE)
+            cluster.apply(deployment("squatted", replicas=1, worker=True, port=port))
+
+            def refused() -> dict[str, Any] | None:
+                pods = live_pods(cluster)
+                conditions = pods[0]["status"].get("conditions", []) if pods else []
+                ready = next((c for c in conditions if c["type"] == "Ready"), {})
+                return ready if ready.get("reason") == "CannotListen" else None
+
+            ready = wait_for("the pod to report CannotListen", refused, timeout=60)
+            assert ready["status"] == "False"
+            assert f":{port}" in ready["message"] and "in use" in ready["message"]
+            events = cluster.get(
+                "events", "-n", NAMESPACE, "--field-selector", "reason=CannotListen"
+            )["items"]
+            assert events and events[0]["type"] == "Warning"
+        # The squatter is gone: the agent's next attempt (after its back-off) starts the engine.
+        wait_for("the pod Ready once its port is free", lambda: all_ready(cluster, 1), timeout=90)
+    finally:
+        assert not stop_stack(cluster)
