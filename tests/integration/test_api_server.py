@@ -147,3 +147,27 @@ def test_explain_reads_well(cluster: Cluster) -> None:
     text = cluster.kubectl("explain", "modeldeployment.spec.artifact.trust").stdout
     assert "exactly one method" in text.lower() or "who may sign" in text.lower()
     assert "publicKey" in text and "sigstore" in text
+
+
+def test_kubectl_scale_is_refused_and_a_pin_is_a_bounds_patch(cluster: Cluster, ns: str) -> None:
+    """No `scale` subresource (docs/autoscaling.md says why): `kubectl scale` is refused by the
+    server and changes nothing; the documented pin, min = max, is accepted; a pin that breaks
+    the bounds is a 422 that says so."""
+    cluster.apply(manifest("InferencePool", "pin", ns, BASE["InferencePool"]))
+    before = cluster.get("tfpool", "pin", "-n", ns)["spec"]["replicas"]
+    scaled = cluster.kubectl("scale", "tfpool", "pin", "-n", ns, "--replicas=5", check=False)
+    assert scaled.returncode != 0
+    # The server's words for a missing /scale subresource, on a pool that exists (the docs
+    # quote them so that a user is not misled into looking for the pool).
+    assert 'inferencepools.tokenfleet.io "pin" not found' in scaled.stderr, scaled.stderr
+    assert cluster.get("tfpool", "pin", "-n", ns)["spec"]["replicas"] == before
+
+    pin = '{"spec":{"replicas":{"min":5,"max":5}}}'
+    cluster.kubectl("patch", "tfpool", "pin", "-n", ns, "--type", "merge", "-p", pin)
+    assert cluster.get("tfpool", "pin", "-n", ns)["spec"]["replicas"] == {"min": 5, "max": 5}
+    broken = '{"spec":{"replicas":{"min":9,"max":5}}}'
+    refused = cluster.kubectl(
+        "patch", "tfpool", "pin", "-n", ns, "--type", "merge", "-p", broken, check=False
+    )
+    assert refused.returncode != 0
+    assert "replicas.min must be less than or equal to replicas.max" in refused.stderr

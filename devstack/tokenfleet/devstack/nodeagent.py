@@ -4,8 +4,10 @@ For every Running worker pod on a simulated node that is Ready, it runs one llm-
 process and a TCP forwarder from ``podIP:port`` to it, and marks the pod Ready only once a tiny
 chat completion through that address succeeds. When the pod goes away, its node is deleted or
 goes NotReady, the simulator stops. A simulator that exits is reported (pod NotReady) and
-restarted, as a kubelet restarts a crashed container. Other pods on simulated nodes are marked
-Ready at once, as kwok would.
+restarted, as a kubelet restarts a crashed container. A pod whose address it cannot listen on
+(another pod or process holds it) gets no engine, ``Ready=False`` with reason ``CannotListen``
+and the error, and a Warning Event, and is retried with the same back-off. Other pods on
+simulated nodes are marked Ready at once, as kwok would.
 
 A worker pod that opts in (annotation ``sim.tokenfleet.io/verify-artifact: "true"``) first has
 its artifact verified exactly as the worker image's entrypoint would (tokenfleet.signing, with
@@ -29,7 +31,7 @@ from typing import Any
 import aiohttp
 
 from tokenfleet.api import labels
-from tokenfleet.devstack import processes, simulated, termination
+from tokenfleet.devstack import podstatus, processes, simulated, termination
 from tokenfleet.kubeapi import ApiError, KubeApi, Obj
 from tokenfleet.signing.verdict import Reason, Verdict
 
@@ -40,6 +42,7 @@ PROBE_TIMEOUT_SECONDS = 2.0
 #: Crash-loop back-off, as a kubelet does: 1 s, doubling per restart, at most 30 s.
 RESTART_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
+AGENT_NAME = "tokenfleet-node-agent"  # the source of the Events it records
 
 
 def _now() -> str:
@@ -54,20 +57,6 @@ def _pod_path(pod: Obj) -> str:
 def _is_ready(obj: Obj) -> bool:
     conditions: list[Obj] = obj.get("status", {}).get("conditions", [])
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def _readiness_patch(pod: Obj, ready: bool, reason: str) -> Obj:
-    status = "True" if ready else "False"
-    now = _now()
-    return {
-        "conditions": [
-            {"type": t, "status": status, "reason": reason, "lastTransitionTime": now}
-            for t in ("ContainersReady", "Ready")
-        ],
-        "containerStatuses": [
-            {**c, "ready": ready} for c in pod.get("status", {}).get("containerStatuses", [])
-        ],
-    }
 
 
 def _verify_blocking(
@@ -320,13 +309,6 @@ class NodeAgent:
 
     async def _start(self, spec: simulated.SimSpec) -> None:
         listen = processes.free_port()
-        name = spec.pod_key.replace("/", "_")
-        child = processes.spawn(
-            f"sim {spec.pod_key}",
-            spec.argv(str(self._sim_binary), listen),
-            log=self._logs / "sims" / f"{name}.log",
-            env=spec.env(),
-        )
 
         async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
@@ -336,18 +318,46 @@ class NodeAgent:
                 return
             await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
 
-        try:
+        try:  # first: a pod whose address is taken gets no engine, as its container could not bind
             server = await asyncio.start_server(forward, spec.pod_ip, spec.port, reuse_address=True)
         except OSError as exc:
-            log.error(
-                "cannot listen on %s:%s for %s: %s", spec.pod_ip, spec.port, spec.pod_key, exc
-            )
-            processes.stop([child])
+            await self._cannot_listen(spec, exc)
             return
+        name = spec.pod_key.replace("/", "_")
+        child = processes.spawn(
+            f"sim {spec.pod_key}",
+            spec.argv(str(self._sim_binary), listen),
+            log=self._logs / "sims" / f"{name}.log",
+            env=spec.env(),
+        )
         sim = RunningSim(spec=spec, child=child, server=server)
         sim.probe = asyncio.create_task(self._probe_until_ready(spec.pod_uid, sim))
         self._sims[spec.pod_uid] = sim
         log.info("started simulator for %s at %s:%s", spec.pod_key, spec.pod_ip, spec.port)
+
+    async def _cannot_listen(self, spec: simulated.SimSpec, exc: OSError) -> None:
+        """Say so in the pod's status and an Event; retry with the crash back-off (a failure to
+        listen counts as an engine exit, as a container that cannot bind its port exits)."""
+        address = f"{spec.pod_ip}:{spec.port}"
+        log.error("cannot listen on %s for %s: %s", address, spec.pod_key, exc)
+        failures = self._crashes.get(spec.pod_uid, 0) + 1
+        self._crashes[spec.pod_uid] = failures
+        delay = min(RESTART_BACKOFF_SECONDS * 2 ** (failures - 1), MAX_BACKOFF_SECONDS)
+        self._not_before[spec.pod_uid] = time.monotonic() + delay
+        pod = self._pods.get(spec.pod_uid)
+        if pod is None:
+            return
+        message = podstatus.cannot_listen_message(address, exc.strerror or str(exc))
+        await self._set_ready(pod, ready=False, reason=podstatus.CANNOT_LISTEN, message=message)
+        event = podstatus.warning_event(
+            pod, reason=podstatus.CANNOT_LISTEN, message=message, now=_now(), source=AGENT_NAME
+        )
+        try:
+            await self._api.call(
+                "POST", f"/api/v1/namespaces/{pod['metadata']['namespace']}/events", body=event
+            )
+        except ApiError as exc_:
+            log.warning("cannot record an event for %s: %s", spec.pod_key, exc_)
 
     async def _stop(self, uid: str) -> None:
         sim = self._sims.pop(uid)
@@ -379,9 +389,12 @@ class NodeAgent:
         if sim.ready and pod is not None:
             await self._set_ready(pod, ready=True, reason="EngineAnswering")
 
-    async def _set_ready(self, pod: Obj, *, ready: bool, reason: str) -> None:
+    async def _set_ready(self, pod: Obj, *, ready: bool, reason: str, message: str = "") -> None:
+        patch = podstatus.readiness_patch(
+            pod, ready=ready, reason=reason, now=_now(), message=message
+        )
         try:
-            await self._api.patch_status(_pod_path(pod), _readiness_patch(pod, ready, reason))
+            await self._api.patch_status(_pod_path(pod), patch)
         except ApiError as exc:
             if exc.status != 404:  # a pod deleted meanwhile needs no status
                 log.warning("cannot set Ready=%s on %s: %s", ready, _pod_path(pod), exc)

@@ -35,6 +35,7 @@ from tokenfleet.devstack import (
     processes,
     prometheus,
     realnode,
+    reboot,
 )
 from tokenfleet.devstack.controlplane import Files, Ports
 from tokenfleet.devstack.kwokstages import STAGES
@@ -185,13 +186,7 @@ class Stack:
         try:
             token = self._prepare_files()
             async with aiohttp.ClientSession() as session:
-                for component in controlplane.components(
-                    self.options.bin_dir, self.ports, self.files
-                ):
-                    await self._start(component, token, session)
-                api = KubeApi.from_kubeconfig(self.files.kubeconfig, session)
-                await self._create_nodes(api)
-                await self._reboot_pods(api)
+                api = await self._start_control_plane(token, session)
                 if self.options.real_node:
                     await self._start_real_node(api)
                 await asyncio.to_thread(self._apply_crds)
@@ -223,6 +218,22 @@ class Stack:
                 await asyncio.to_thread(self.real_node.stop)
             self._stop_children()
             log.info("stopped")
+
+    async def _start_control_plane(self, token: str, session: aiohttp.ClientSession) -> KubeApi:
+        """The control plane and its nodes; kwok last, once no pod of an earlier run is left
+        (see tokenfleet.devstack.reboot: else kwok hands their addresses out again)."""
+        components = controlplane.components(self.options.bin_dir, self.ports, self.files)
+        for component in components:
+            if component.name != "kwok":
+                await self._start(component, token, session)
+        api = KubeApi.from_kubeconfig(self.files.kubeconfig, session)
+        await self._create_nodes(api)
+        ours = {n["metadata"]["name"] for n in nodes.manifests(self.options.shape)}
+        await reboot.delete_earlier_pods(api, nodes=ours)
+        for component in components:
+            if component.name == "kwok":
+                await self._start(component, token, session)
+        return api
 
     def _stop_children(self) -> None:
         leaving = list(reversed(self._children))
@@ -294,19 +305,6 @@ class Stack:
                     raise
             # Capacity lives in status, which a create ignores.
             await api.patch_status(f"/api/v1/nodes/{node['metadata']['name']}", status)
-
-    async def _reboot_pods(self, api: KubeApi) -> None:
-        """Pods persisted from an earlier run sit on nodes that have, in effect, rebooted: their
-        simulators are gone and kwok no longer knows their IPs (it would hand them out again).
-        Delete them, as a node restart would; their controllers recreate them."""
-        ours = {n["metadata"]["name"] for n in nodes.manifests(self.options.shape)}
-        listed = await api.call("GET", "/api/v1/pods")
-        for pod in listed.get("items", []):
-            if pod.get("spec", {}).get("nodeName") in ours:
-                meta = pod["metadata"]
-                path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
-                with contextlib.suppress(ApiError):
-                    await api.call("DELETE", path, body={"gracePeriodSeconds": 0})
 
     async def _start_real_node(self, api: KubeApi) -> None:
         self.real_node = RealNode(

@@ -1,0 +1,77 @@
+"""What the node agent writes about a pod: readiness patches and Warning Events.
+
+Matrix: ready × with/without message × pods with 0/2 containers; the Event names the pod (kind,
+namespace, uid) and its node, so `kubectl describe pod` and `kubectl get events` show it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tokenfleet.devstack import podstatus
+
+NOW = "2026-12-01T12:00:00Z"
+
+
+def pod(containers: int = 2) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "w-1", "namespace": "ns", "uid": "uid-1"},
+        "spec": {"nodeName": "gpu-zone-b-0"},
+        "status": {
+            "containerStatuses": [{"name": f"c{i}", "ready": False} for i in range(containers)]
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("ready", "message", "containers", "status", "has_message"),
+    [
+        (True, "", 2, "True", False),
+        (False, "", 2, "False", False),
+        (False, "cannot listen on 127.1.4.1:8000: in use", 2, "False", True),
+        (False, "why", 0, "False", True),
+    ],
+)
+def test_readiness_patch(
+    ready: bool, message: str, containers: int, status: str, has_message: bool
+) -> None:
+    patch = podstatus.readiness_patch(
+        pod(containers), ready=ready, reason="R", now=NOW, message=message
+    )
+    assert [c["type"] for c in patch["conditions"]] == ["ContainersReady", "Ready"]
+    for condition in patch["conditions"]:
+        assert condition["status"] == status and condition["reason"] == "R"
+        assert condition["lastTransitionTime"] == NOW
+        assert ("message" in condition) is has_message
+        assert condition.get("message", "") == message
+    assert [c["ready"] for c in patch["containerStatuses"]] == [ready] * containers
+
+
+def test_warning_event_names_the_pod_and_its_node() -> None:
+    event = podstatus.warning_event(
+        pod(), reason=podstatus.CANNOT_LISTEN, message="m", now=NOW, source="agent"
+    )
+    assert event["type"] == "Warning" and event["reason"] == "CannotListen"
+    assert event["metadata"] == {"generateName": "w-1.", "namespace": "ns"}
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "w-1",
+        "namespace": "ns",
+        "uid": "uid-1",
+    }
+    assert event["source"] == {"component": "agent", "host": "gpu-zone-b-0"}
+    assert event["firstTimestamp"] == event["lastTimestamp"] == NOW and event["count"] == 1
+
+
+@pytest.mark.parametrize(
+    ("address", "error", "expected"),
+    [
+        ("127.1.4.1:8000", "address already in use", "cannot listen on 127.1.4.1:8000: address"),
+        ("127.2.1.9:9000", "x", "cannot listen on 127.2.1.9:9000: x; another pod or process"),
+    ],
+)
+def test_cannot_listen_message(address: str, error: str, expected: str) -> None:
+    assert podstatus.cannot_listen_message(address, error).startswith(expected)
