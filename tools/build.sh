@@ -66,38 +66,61 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   stamp+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=2026-01-01T00:00:00Z"
 done
 
-# The sets build side by side: one `go build` leaves a core idle much of the time (module
-# downloads, linking), so a cold build of all of them took 17.6 min in sequence at about one
-# core. Each set's progress lines carry its name.
-pids=()
+# Two lanes side by side, one per core; within a lane the sets build one after another. Go's
+# build cache shares a compiled package only once it is done: seven sets started at once all miss
+# it and compile their common modules (aligned on one version each, tools/align_go_sets.py) seven
+# times over; in a lane the next set reuses what the previous one compiled. Two lanes keep both
+# cores busy through a set's module downloads and links. Lane one holds the Kubernetes line's
+# sets (the simulator first: the worker image waits for it), lane two the newer-client line's.
+# Each set's progress lines carry its name.
 wanted=" ${*:-all} "
 for name in "$@"; do
   [ -f "$here/$name/go.mod" ] || { echo "error: no binary set '$name' (tools/*/go.mod)" >&2; exit 2; }
 done
-in_background() { # name args...: build_set in the background, its stderr prefixed
-  local name=$1
-  [ "$wanted" = " all " ] || [[ $wanted == *" $name "* ]] || return 0
-  (build_set "$@" 2>&1 | sed -u "s/^/[$name] /" >&2) &  # pipefail: the status is build_set's
-  pids+=("$!")
+
+set_k8s() {
+  LDFLAGS=$stamp build_set k8s k8s.io/kubernetes \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet
 }
-LDFLAGS=$stamp in_background k8s k8s.io/kubernetes \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet
-OUT_NAME=etcd in_background etcd go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
-in_background kwok sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok
-in_background sim github.com/llm-d/llm-d-inference-sim github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim
-LDFLAGS="-X helm.sh/helm/v4/internal/version.version=$(modver helm helm.sh/helm/v4) -X helm.sh/helm/v4/internal/version.gitTreeState=clean" in_background helm helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm
+set_etcd() { OUT_NAME=etcd build_set etcd go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3; }
+set_kwok() { build_set kwok sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok; }
+set_sim() {
+  build_set sim github.com/llm-d/llm-d-inference-sim github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim
+}
+set_helm() {
+  LDFLAGS="-X helm.sh/helm/v4/internal/version.version=$(modver helm helm.sh/helm/v4) -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
+    build_set helm helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm
+}
 # Prometheus with Kubernetes pod discovery (Debian's package has it patched out) and its promtool;
 # only that discovery is compiled in. Module v0.316.0 is Prometheus 3.16.0.
-IFS=. read -r _ prom_minor prom_patch <<<"$(modver prometheus github.com/prometheus/prometheus)"
-TAGS=remove_all_sd,enable_kubernetes_sd \
-LDFLAGS="-X github.com/prometheus/common/version.Version=$((prom_minor / 100)).$((prom_minor % 100)).$prom_patch" \
-  in_background prometheus github.com/prometheus/prometheus \
-  github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
+set_prometheus() {
+  local prom_minor prom_patch
+  IFS=. read -r _ prom_minor prom_patch <<<"$(modver prometheus github.com/prometheus/prometheus)"
+  TAGS=remove_all_sd,enable_kubernetes_sd \
+  LDFLAGS="-X github.com/prometheus/common/version.Version=$((prom_minor / 100)).$((prom_minor % 100)).$prom_patch" \
+    build_set prometheus github.com/prometheus/prometheus \
+    github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
+}
 # The real node's runtime. The snapshotters we do not use need cgo or kernel headers: left out.
-ctd=github.com/containerd/containerd/v2
-TAGS=no_btrfs,no_devmapper,no_zfs LDFLAGS="-X $ctd/version.Version=$(modver containerd $ctd)" \
-  in_background containerd $ctd $ctd/cmd/containerd $ctd/cmd/ctr $ctd/cmd/containerd-shim-runc-v2
+set_containerd() {
+  local ctd=github.com/containerd/containerd/v2
+  TAGS=no_btrfs,no_devmapper,no_zfs LDFLAGS="-X $ctd/version.Version=$(modver containerd $ctd)" \
+    build_set containerd $ctd $ctd/cmd/containerd $ctd/cmd/ctr $ctd/cmd/containerd-shim-runc-v2
+}
+
+lane() { # set names, built in this order; stops at the first failure
+  local name
+  for name in "$@"; do
+    [ "$wanted" = " all " ] || [[ $wanted == *" $name "* ]] || continue
+    "set_$name" 2>&1 | sed -u "s/^/[$name] /" >&2 || return 1 # pipefail: the set's status
+  done
+}
+pids=()
+lane sim kwok etcd k8s &
+pids+=("$!")
+lane helm prometheus containerd &
+pids+=("$!")
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 [ "$failed" = 0 ] || { echo "error: a binary set failed to build (see the lines above)" >&2; exit 1; }
