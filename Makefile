@@ -54,12 +54,13 @@ images: preflight $(VENV)/.installed
 	@echo "building container images (cached in $(TOKENFLEET_CACHE)/images) ..."
 	@PYTHON=$(PY) tools/images.sh >/dev/null
 
-# Both at once: the Go builds keep the cores busy while the image builds mostly wait on
-# downloads and disk (the worker image waits only for the simulator's set).
-prepared: preflight $(VENV)/.installed
+# All at once: the Go builds keep the cores busy while the Python environment and the image
+# builds mostly wait on downloads and disk (the worker image waits only for the simulator's set).
+prepared: preflight
 	@echo "building binaries and images (cached in $(TOKENFLEET_CACHE)) ..."
 	@tools/build.sh >/dev/null & go_builds=$$!; \
-	  PYTHON=$(PY) tools/images.sh >/dev/null || { kill $$go_builds 2>/dev/null; exit 1; }; \
+	  { $(MAKE) --no-print-directory $(VENV)/.installed && PYTHON=$(PY) tools/images.sh >/dev/null; } \
+	    || { kill $$go_builds 2>/dev/null; exit 1; }; \
 	  wait $$go_builds
 
 # The images' dependency locks (hashes included) from pyproject.toml and the worker's inputs.
@@ -74,7 +75,7 @@ locks: $(VENV)/.installed
 native: $(VENV)/.installed
 	@$(PY) tools/build_native.py
 
-up: $(VENV)/.installed prepared native
+up: prepared native
 	@$(PY) -m tokenfleet.devstack up
 
 down: $(VENV)/.installed
