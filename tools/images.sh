@@ -125,7 +125,9 @@ fi
 ensure_loaded "$base_tag" "$images/$base_key/image.tar"
 
 # 2. pause: compiled here (the base has no compiler), statically, as Kubernetes' Makefile does.
-k8s_dir=$(cd "$here/k8s" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+# (downloaded first: the Go builds run beside this and may not have fetched it yet)
+k8s_dir=$(cd "$here/k8s" && go mod download k8s.io/kubernetes && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+[ -f "$k8s_dir/build/pause/linux/pause.c" ] || { echo "error: no pause.c in k8s.io/kubernetes ($k8s_dir)" >&2; exit 2; }
 ctx=$(context pause images/pause)
 cp "$k8s_dir/build/pause/linux/pause.c" "$ctx/pause.c"
 gcc -Os -Wall -Werror -static -DVERSION=v3.10.2-tokenfleet -o "$ctx/pause" "$ctx/pause.c"
