@@ -156,7 +156,8 @@ def report(title: str, tallies: dict[str, Tally]) -> None:
     print()  # pytest -s prints a test's output after its progress dot
     for name, t in tallies.items():
         print(
-            f"{title:<6} {name:<8} sent {len(t.statuses):>4} served {t.served():>6.1%} "
+            f"{title:<6} {name:<8} sent {len(t.statuses):>4} served {t.statuses.count(200):>4} "
+            f"({t.served():>6.1%}) "
             f"share {t.work / total:>6.1%} ttft_p99 {t.p99():.3f}s"
         )
 
