@@ -131,7 +131,7 @@ def can_start(
             seen=seen,
             now=now,
         )
-        if seen and now is not None
+        if seen is not None and len(seen) > 1 and now is not None  # alone: no headroom
         else 0
     )
     reserved = _reserved(policies, load.capacity)
@@ -147,6 +147,8 @@ def can_start(
 def _ahead(policies: Mapping[str, ClassPolicy], load: PoolLoad, cls: str, tenant: str) -> int:
     """Waiters that start before a new request of ``tenant``: all of the higher classes, and in
     its own class its fair position (:func:`fair_position`)."""
+    if not load.heads:  # nobody waits anywhere: the common case, on every request
+        return 0
     priority = policies[cls].priority
     above = sum(
         n for c, n in load.queued.items() if c in policies and policies[c].priority > priority

@@ -148,7 +148,8 @@ class Ledger(Generic[T]):
             self.counters[cls] = fairness.charge(
                 self.counters.get(cls, {}), tenant=tenant, amount=work, share=share
             )
-        self._choose(cls)
+        if cls in self._lines:  # others wait: the charge may change who is next
+            self._choose(cls)
 
     def release(
         self,
@@ -287,15 +288,15 @@ class Ledger(Generic[T]):
     def _choose(self, cls: str) -> None:
         """The class's head: the front of the line whose tenant has the lowest counter."""
         lines = self._lines.get(cls)
-        head = (
-            fairness.pick([line[0] for line in lines.values()], self.counters.get(cls, {}))
-            if lines
-            else None
-        )
-        if head is None:
+        if not lines:
+            if lines is not None:
+                del self._lines[cls]
             self.heads.pop(cls, None)
-        else:
-            self.heads[cls] = head
+            return
+        fronts = [line[0] for line in lines.values()]
+        head = fronts[0] if len(fronts) == 1 else fairness.pick(fronts, self.counters.get(cls, {}))
+        assert head is not None  # fronts is not empty
+        self.heads[cls] = head
 
     def measure(self, seconds: float) -> None:
         """Fold the completions of the last ``seconds`` into the service rate."""
