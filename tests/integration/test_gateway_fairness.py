@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import http.client
+import itertools
 import json
 import threading
 import time
@@ -36,6 +37,7 @@ LIGHT_RPS = 2.0
 SECONDS = 15.0
 TTFT_SLO = 1.0  # seconds: the light tenants' objective; alone they answer in ~0.1 s
 SLOTS = 6  # 3 engines x 2 sequences
+SERIAL = itertools.count()
 
 
 @dataclasses.dataclass
@@ -100,9 +102,12 @@ def stream(gateway: Gateway, tenant: str, prompt: str, max_tokens: int, tally: T
     """One streamed completion; its TTFT is the first data chunk's arrival at the client."""
     start = time.monotonic()
     conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=60)
+    # a distinct opening, as real prompts have: identical ones would all share a prefix, and
+    # prefix affinity (a score, not a cap) may then send one to an engine whose sequences are
+    # all taken, to queue inside it behind a long request — routing's doing, not the queue's
     body = {
         "model": "m",
-        "messages": [{"role": "user", "content": prompt}],
+        "messages": [{"role": "user", "content": f"{next(SERIAL)} {prompt}"}],
         "max_tokens": max_tokens,
         "stream": True,
         "ignore_eos": True,
