@@ -31,6 +31,7 @@ MODULES = (
     "tokenfleet.gateway.policy.prefix",
     "tokenfleet.gateway.policy.routing",
     "tokenfleet.gateway.policy.admission",
+    "tokenfleet.gateway.policy.fairness",
     "tokenfleet.gateway.policy.ledger",
     "tokenfleet.sim.replica",
     "tokenfleet.sim.pool",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tokenfleet.signals import gateway, vllm
+from tokenfleet.signals import gateway, usage, vllm
 
 
 def _selector(namespace: str, pool: str) -> str:
@@ -161,3 +161,24 @@ def substituted(query: str, *, namespace: str, model: str, revision: str, window
     ):
         query = query.replace(key, value)
     return query
+
+
+#: The gateway's usage counters a Tenant's status reads, by UsageStatus field.
+TENANT_USAGE = {
+    "requests": usage.USAGE_REQUESTS,
+    "prompt_tokens": usage.USAGE_PROMPT_TOKENS,
+    "completion_tokens": usage.USAGE_COMPLETION_TOKENS,
+}
+
+
+def tenant_usage(metric: str, seconds: int) -> str:
+    """Each tenant's growth of a usage counter over the last ``seconds`` (its current budget
+    period), every model, pool, outcome and gateway replica summed.
+
+    ``increase`` bridges the counter resets of gateway restarts but only counts growth between
+    samples: a series born inside the window (a tenant's first request on a replica, or after a
+    restart) adds its first sample — what it counted before Prometheus first saw it."""
+    window = f"[{max(1, seconds)}s]"
+    growth = f"increase({metric}{window})"
+    born = f"(min_over_time({metric}{window}) unless {metric} offset {max(1, seconds)}s)"
+    return f"sum by (tenant) ({growth} + {born} or {growth})"

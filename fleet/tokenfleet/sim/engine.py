@@ -39,9 +39,20 @@ class Simulation:
         self.rng = random.Random(scenario.seed)
         self.rec = Recorder(scenario, scaler)
         self.ids = itertools.count()
+        tenants = (
+            [(s.tenant, float(s.share)) for s in scenario.streams]
+            if scenario.fair_queuing
+            else None
+        )
         self.pools = {
             p.name: Pool(
-                p.name, p.spec, scenario.performance, rec=self.rec, rng=self.rng, ids=self.ids
+                p.name,
+                p.spec,
+                scenario.performance,
+                rec=self.rec,
+                rng=self.rng,
+                ids=self.ids,
+                tenants=tenants,
             )
             for p in scenario.pools
         }

@@ -4,7 +4,9 @@ The gateway side keeps the gateway's own bookkeeping, a :class:`~tokenfleet.gate
 ledger.Ledger`, and calls the product's cores exactly as ``tokenfleet.gateway.queues`` and
 ``router`` do: ``admission.admit`` for each arrival, ``admission.next_up`` whenever slots may be
 free, ``admission.expire`` for waiters past their age or deadline, and ``routing.pick`` for the
-replica with the request built by ``routing.ask``. Scaling sets replicas per zone through
+replica with the request built by ``routing.ask``. Each request is charged to its stream's
+tenant in the ledger's fair queue, as the gateway's ``queues.Fair`` does (the simulator knows
+each request's output, so the charge needs no settling). Scaling sets replicas per zone through
 :meth:`Pool.reconcile`.
 """
 
@@ -14,8 +16,8 @@ import itertools
 import random
 
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.gateway.policy import admission, prefix, routing
-from tokenfleet.gateway.policy.admission import ClassPolicy, PoolLoad, Waiting
+from tokenfleet.gateway.policy import admission, fairness, prefix, routing
+from tokenfleet.gateway.policy.admission import ClassPolicy, PoolLoad
 from tokenfleet.gateway.policy.ledger import Ledger
 from tokenfleet.gateway.policy.rejections import Rejected
 from tokenfleet.operator.policy import placement, scaling
@@ -41,8 +43,12 @@ class Pool:
         rec: Recorder,
         rng: random.Random,
         ids: itertools.count[int],
+        tenants: list[tuple[str, float]] | None = None,
     ) -> None:
+        """``tenants``: per stream index, the tenant and share its requests are charged to in
+        the fair queue; None queues first come first served."""
         self.name, self.spec, self.perf = name, spec, perf
+        self.tenants = tenants
         self.rec, self.rng, self.ids = rec, rng, ids
         self.zones = list(spec.zones.names) or ["zone-a", "zone-b", "zone-c"]
         self.dead_zones: set[str] = set()  # down now
@@ -92,32 +98,49 @@ class Pool:
         self.refresh()
 
     def oldest_age(self, now: float, classes: list[str] | None = None) -> float:
+        ledger = self.ledger
         return max(
-            (
-                now - w.enqueued_at
-                for c, w in self.ledger.heads.items()
-                if classes is None or c in classes
-            ),
+            (ledger.oldest_age(c, now) for c in ledger.heads if classes is None or c in classes),
             default=0.0,
         )
 
     # ---- requests ------------------------------------------------------------------------
 
+    def _tenant(self, req: Request) -> tuple[str, float]:
+        tenants = self.tenants
+        return tenants[req.stream] if tenants is not None else ("", 1.0)
+
     def admit(self, req: Request, now: float) -> None:
         self.arrivals += 1
+        tenant, share = self._tenant(req)
         decision = admission.admit(
-            policies=self.policies, load=self.load, cls=req.cls, now=now, deadline=req.deadline
+            policies=self.policies,
+            load=self.load,
+            cls=req.cls,
+            now=now,
+            deadline=req.deadline,
+            tenant=tenant,
         )
-        if type(decision) is admission.Start:
-            self._start(req, now)
-        elif type(decision) is admission.Enqueue:
-            self.ledger.enqueue(req, cls=req.cls, enqueued_at=req.arrival, deadline=req.deadline)
-        else:
-            assert isinstance(decision, Rejected)
+        if type(decision) is Rejected:
             self.end(req, "shed", decision.reason.value, now)
+            return
+        work = fairness.work(prompt_tokens=req.input, output_tokens=req.output) if tenant else 0.0
+        if type(decision) is admission.Start:
+            self.ledger.start(req.cls, tenant=tenant, share=share, work=work, now=now)
+            self._started(req, now)
+        else:
+            self.ledger.enqueue(
+                req,
+                cls=req.cls,
+                enqueued_at=req.arrival,
+                deadline=req.deadline,
+                tenant=tenant,
+                share=share,
+                work=work,
+            )
+            self.wake(now)  # its tenant may be the fair choice at once, as in the gateway
 
-    def _start(self, req: Request, now: float) -> None:
-        self.ledger.start(req.cls)
+    def _started(self, req: Request, now: float) -> None:
         if req.cls in self.queue_age_classes:
             self.waits.append(now - req.arrival)
         self.dispatch(req, now)
@@ -192,34 +215,38 @@ class Pool:
         if req.finished is None:
             req.finished = now
         if outcome in ("served", "failed") and req.dispatched is not None:
+            tenant, share = self._tenant(req)
             self.ledger.release(
-                req.cls, completed=outcome == "served", held_seconds=req.finished - req.dispatched
+                req.cls,
+                completed=outcome == "served",
+                held_seconds=req.finished - req.dispatched,
+                tenant=tenant,
+                share=share,
             )
         self.rec.ended(req)
 
-    def _pop(self, head: Waiting) -> Request:
-        req = self.ledger.remove(head)
-        assert req is not None  # heads are live waiters
-        return req
-
     def expire(self, now: float) -> None:
-        """Waiters past their class's age or their deadline leave (oldest first per class)."""
-        heads = self.ledger.heads
+        """Waiters past their class's age or their deadline leave (oldest first per tenant)."""
+        ledger = self.ledger
         for cls in self.policies:
-            while cls in heads:
-                head = heads[cls]
-                gone = admission.expire(policies=self.policies, queued=[head], now=now)
+            while True:
+                gone = admission.expire(policies=self.policies, queued=ledger.fronts(cls), now=now)
                 if not gone:
                     break
-                self.end(self._pop(head), "timed_out", gone[0][1].reason.value, now)
+                for waiter, why in gone:
+                    req = ledger.remove(waiter)
+                    assert req is not None  # fronts are live waiters
+                    self.end(req, "timed_out", why.reason.value, now)
 
     def wake(self, now: float) -> None:
         """Start waiters while slots are free."""
         while self.ledger.heads:
-            head = admission.next_up(policies=self.policies, load=self.load)
+            head = admission.next_up(policies=self.policies, load=self.load, now=now)
             if head is None:
                 return
-            self._start(self._pop(head), now)
+            req = self.ledger.begin(head)
+            assert req is not None  # heads are live waiters
+            self._started(req, now)
 
     # ---- replicas ------------------------------------------------------------------------
 

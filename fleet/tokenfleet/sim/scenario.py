@@ -67,6 +67,13 @@ class Stream(Model):
 
     name: str = Field(description="Label in the report, for example chat or batch.")
     tenant: str = Field(default="default", description="Tenant sending it.")
+    share: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description="The tenant's Tenant.spec.share: its weight among the tenants of its class "
+        "(the streams of one tenant should agree).",
+    )
     cls: str = Field(alias="class", description="Admission class of its requests.")
     pool: str = Field(default="", description="Pool to use; empty picks by context bucket.")
     rate: list[RatePoint] = Field(min_length=1, description="Offered load over time.")
@@ -161,6 +168,11 @@ class Scenario(Model):
         default=5.0, gt=0, description="Between autoscaling decisions."
     )
     gpu_hour_price: float = Field(default=2.5, ge=0, description="Dollars per GPU-hour.")
+    fair_queuing: bool = Field(
+        default=True,
+        description="Share each class's queue among its tenants by token work, as the gateway "
+        "does; false: first come first served (TOKENFLEET_FAIR_QUEUING=0), to compare.",
+    )
     performance: Performance = Field(
         default_factory=Performance, description="One replica's speed."
     )

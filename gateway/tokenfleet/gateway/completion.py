@@ -30,7 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tokenfleet.gateway import attempts, budget_store, proxy, settlement
+from tokenfleet.gateway import attempts, budget_store, proxy, queues, settlement
 from tokenfleet.gateway.accesslog import ACCESS
 from tokenfleet.gateway.catalog import Tenant
 from tokenfleet.gateway.intake import authenticate, parse_body, reject
@@ -277,8 +277,18 @@ class Completion:
         capacity = state.capacity(key)
         state.metrics.pool_arrivals.labels(key, cls).inc()
         state.metrics.queue_depth.labels(key, cls).set(queue.depth(cls) + 1)
+        fair = queues.Fair.of(
+            admitted.tenant if state.settings.fair_queuing else None,
+            prompt_tokens=admitted.parsed.prompt_tokens,
+            max_tokens=admitted.max_tokens,
+        )
         refused = await state.admitter.acquire(
-            pool=key, policies=to.pool.classes, capacity=capacity, cls=cls, deadline=admitted.due
+            pool=key,
+            policies=to.pool.classes,
+            capacity=capacity,
+            cls=cls,
+            deadline=admitted.due,
+            fair=fair,
         )
         self.observe_queue(to)
         if refused is not None:
@@ -302,6 +312,8 @@ class Completion:
                 capacity=state.capacity(key),
                 cls=cls,
                 held_seconds=time.monotonic() - holding_since,
+                fair=fair,
+                correction=fair.settle(self.meter.produced, reserved=admitted.max_tokens),
             )
             self.observe_queue(to)
 

@@ -65,6 +65,9 @@ class Settings:
     """Block hashes the prefix-affinity index remembers (~100 B each)."""
     seed: int | None = None
     """Seed of the routing random source (tests, benchmarks); None: a random seed."""
+    fair_queuing: bool = True
+    """Share each class's slots among its tenants by token work (TOKENFLEET_FAIR_QUEUING=0:
+    first come first served, to compare)."""
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -82,6 +85,8 @@ class Settings:
             expected_replicas=int(os.environ.get("TOKENFLEET_GATEWAY_REPLICAS", "1")),
             salt_secret=secret,
             zone=os.environ.get("TOKENFLEET_ZONE", ""),
+            fair_queuing=os.environ.get("TOKENFLEET_FAIR_QUEUING", "1").strip().lower()
+            not in ("0", "false", "no", "off"),
         )
         return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
 

@@ -46,6 +46,12 @@ class Meter:
     prompt_reported: int | None = None  # the engine's usage report, once it arrived
     completion_reported: int | None = None
 
+    @property
+    def produced(self) -> int:
+        """Generated tokens: the engine's report, or what was relayed without one."""
+        reported = self.completion_reported
+        return self.relayed if reported is None else reported
+
 
 @dataclasses.dataclass(slots=True)
 class Outcome:

@@ -3,22 +3,53 @@
 A request either starts at once, waits on a future until a slot frees (or it expires), or is
 refused. Every decision is :mod:`tokenfleet.gateway.policy.admission`'s; the counts it reads
 are a :class:`~tokenfleet.gateway.policy.ledger.Ledger` per pool, the one the simulator keeps.
+Inside a class the ledger shares the slots fairly among tenants by token work (a :class:`Fair`
+per request says who pays how much); a request without one queues first come first served.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Mapping
 from typing import TypeAlias
 
-from tokenfleet.gateway.policy import admission
+from tokenfleet.gateway.catalog import Tenant
+from tokenfleet.gateway.policy import admission, fairness
 from tokenfleet.gateway.policy.admission import ClassPolicy
 from tokenfleet.gateway.policy.ledger import Ledger
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
 #: One pool's ledger here: each waiter carries the future its request awaits.
 PoolQueue: TypeAlias = "Ledger[asyncio.Future[Rejected | None]]"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Fair:
+    """Who a request's slot is charged to, in its class's fair queue."""
+
+    tenant: str = ""  # "" for every request: first come first served
+    share: float = 1.0  # Tenant.spec.share
+    work: float = 0.0  # counter units charged at start: prompt + reserved output (fairness.work)
+
+    @classmethod
+    def of(cls, tenant: Tenant | None, *, prompt_tokens: int, max_tokens: int) -> Fair:
+        """A request of ``tenant`` charged its prompt and its reserved output; first come first
+        served (:data:`FIFO`) without a tenant (fair queuing turned off)."""
+        if tenant is None:
+            return FIFO
+        work = fairness.work(prompt_tokens=prompt_tokens, output_tokens=max_tokens)
+        return cls(tenant=tenant.key, share=tenant.share, work=work)
+
+    def settle(self, produced: int, *, reserved: int) -> float:
+        """The charge's correction once the output is known: a refund for what was not made."""
+        if self.work == 0:
+            return 0.0
+        return fairness.work(prompt_tokens=0, output_tokens=produced - reserved)
+
+
+FIFO = Fair()
 
 
 def _granted(future: asyncio.Future[Rejected | None]) -> bool:
@@ -45,8 +76,10 @@ class Admitter:
         capacity: int,
         cls: str,
         deadline: float,
+        fair: Fair = FIFO,
     ) -> Rejected | None:
-        """Wait for a slot; None once the request may run (then call :meth:`release`)."""
+        """Wait for a slot; None once the request may run (then call :meth:`release` with the
+        same ``fair``)."""
         q = self.queue(pool)
         now = time.monotonic()
         if capacity <= 0:
@@ -56,15 +89,31 @@ class Admitter:
                 message="no ready replica serves this model right now",
             )
         decision = admission.admit(
-            policies=policies, load=q.load(capacity), cls=cls, now=now, deadline=deadline
+            policies=policies,
+            load=q.load(capacity),
+            cls=cls,
+            now=now,
+            deadline=deadline,
+            tenant=fair.tenant,
         )
         if isinstance(decision, Rejected):
             return decision
         if isinstance(decision, admission.Start):
-            q.start(cls)
+            q.start(cls, tenant=fair.tenant, share=fair.share, work=fair.work, now=now)
             return None
         future: asyncio.Future[Rejected | None] = asyncio.get_running_loop().create_future()
-        entry = q.enqueue(future, cls=cls, enqueued_at=now, deadline=deadline)
+        entry = q.enqueue(
+            future,
+            cls=cls,
+            enqueued_at=now,
+            deadline=deadline,
+            tenant=fair.tenant,
+            share=fair.share,
+            work=fair.work,
+        )
+        # its tenant may be the class's fair choice at once (behind a flood's queue, in the
+        # slot the flood's headroom keeps free): admission counted the queue, not the turn
+        self.wake(pool=pool, policies=policies, capacity=capacity)
         limit = min(deadline, now + policies[cls].max_queue_age) - now
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout=max(0.0, limit))
@@ -82,8 +131,15 @@ class Admitter:
                 message=f"waited {limit:.1f} s in the {cls} queue without a free replica; shed",
             )
         except asyncio.CancelledError:
-            if _granted(future):  # given a slot, but the client left: hand it on
-                self.release(pool=pool, policies=policies, capacity=capacity, cls=cls)
+            if _granted(future):  # given a slot, but the client left: hand it on, unpaid
+                self.release(
+                    pool=pool,
+                    policies=policies,
+                    capacity=capacity,
+                    cls=cls,
+                    fair=fair,
+                    correction=-fair.work,
+                )
             raise
         finally:
             q.remove(entry)
@@ -98,11 +154,21 @@ class Admitter:
         capacity: int,
         cls: str,
         held_seconds: float | None = None,
+        fair: Fair = FIFO,
+        correction: float = 0.0,
+        completed: bool = True,
     ) -> None:
-        """A request finished after holding its slot ``held_seconds``: free the slot and start
-        whoever is next."""
+        """A request finished after holding its slot ``held_seconds``: free the slot, settle
+        its tenant's charge by ``correction`` (counter units) and start whoever is next."""
         q = self.queue(pool)
-        q.release(cls, held_seconds=held_seconds)
+        q.release(
+            cls,
+            held_seconds=held_seconds,
+            tenant=fair.tenant,
+            share=fair.share,
+            correction=correction,
+            completed=completed,
+        )
         q.measure_at(time.monotonic())
         self.wake(pool=pool, policies=policies, capacity=capacity)
 
@@ -110,13 +176,21 @@ class Admitter:
         """Start waiters while slots are free (after a release or when capacity grows)."""
         q = self.queue(pool)
         while True:
-            chosen = admission.next_up(policies=policies, load=q.load(capacity))
+            chosen = admission.next_up(
+                policies=policies, load=q.load(capacity), now=time.monotonic()
+            )
             if chosen is None:
                 return
-            future = q.remove(chosen)
+            future = q.begin(chosen)
             if future is None:
                 return  # cannot happen: heads come from the same ledger
-            if future.done():
+            if future.done():  # its waiter is gone: give the slot back unpaid
+                q.release(
+                    chosen.cls,
+                    completed=False,
+                    tenant=chosen.tenant,
+                    share=chosen.share,
+                    correction=-chosen.work,
+                )
                 continue
-            q.start(chosen.cls)
             future.set_result(None)

@@ -132,9 +132,21 @@ class Reconciler:
         for body in list(_bodies(self.indexes.models)):
             await self._guarded(body, self._report_model(body, owners, now))
         key_secrets = await self._key_secrets()
-        for body in list(_bodies(self.indexes.tenants)):
+        tenants = list(_bodies(self.indexes.tenants))
+        usage = await self._tenant_usage(tenants, now)
+        for body in tenants:
+            meta = body["metadata"]
+            period = tenant_status.period_of(body, now)
+            counters = usage.get(period.start)
+            use, used = tenant_status.usage_of(
+                body=body,
+                counters=None
+                if counters is None
+                else counters.get(f"{meta['namespace']}/{meta['name']}", {}),
+                period=period,
+            )
             status, events = tenant_status.plan_tenant(
-                body=body, now=now, key_secrets=key_secrets
+                body=body, now=now, key_secrets=key_secrets, usage=use, budget_used=used
             )
             await self._guarded(body, self._report(body, "Tenant", status.to_wire(), events, now))
         if self.exporter is not None:
@@ -147,6 +159,21 @@ class Reconciler:
                 )
                 for b in _bodies(index)
             )
+
+    async def _tenant_usage(
+        self, tenants: list[dict[str, Any]], now: datetime.datetime
+    ) -> dict[datetime.datetime, dict[str, dict[str, int]]]:
+        """Per budget period start in use: tenant → its usage counters' growth since then (one
+        read per period, not per tenant); a period Prometheus could not answer is absent."""
+        if self.signals is None:
+            return {}
+        found = {}
+        for start in {tenant_status.period_of(b, now).start for b in tenants}:
+            seconds = int((now - start).total_seconds())
+            counters = await asyncio.to_thread(self.signals.tenant_usage, seconds)
+            if counters is not None:
+                found[start] = counters
+        return found
 
     async def _key_secrets(self) -> dict[tuple[str, str], frozenset[str]] | None:
         """Data entry names of the labelled key Secrets (metadata only); None if unreadable,

@@ -111,3 +111,22 @@ class PrometheusSignals:
         except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
             log.warning("prometheus at %s: %s unreadable: %s", self.url, query[:120], exc)
             return None
+
+    def tenant_usage(self, seconds: int) -> dict[str, dict[str, int]] | None:
+        """Tenant (namespace/name) → UsageStatus field → its growth over the last ``seconds``;
+        None when unreadable (the status then leaves usage out rather than report zero)."""
+        found: dict[str, dict[str, int]] = {}
+        try:
+            for field, metric in queries.TENANT_USAGE.items():
+                result = self._prom.custom_query(
+                    queries.tenant_usage(metric, seconds),
+                    params={"timeout": f"{TIMEOUT_SECONDS}s"},
+                    timeout=TIMEOUT_SECONDS + 1,
+                )
+                for r in result:
+                    tenant = r["metric"].get("tenant", "")
+                    found.setdefault(tenant, {})[field] = round(float(r["value"][1]))
+        except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
+            log.warning("prometheus at %s: tenant usage unreadable: %s", self.url, exc)
+            return None
+        return found

@@ -1,9 +1,10 @@
 """Admission to a pool: start now, wait in a bounded per-class queue, or be refused at once.
 
-Classes are served by priority, first come first served within a class. Each class may reserve a
+Classes are served by priority; within a class the tenants share fairly (the ledger's heads are
+the fair choice, :mod:`~tokenfleet.gateway.policy.fairness`). Each class may reserve a
 share of the pool's concurrency that no other class can take (the critical class keeps room when
 batch traffic floods in). A request that cannot start before its deadline or its class's
-maximum queue age — judged from its queue position and the pool's observed service rate — is
+maximum queue age — judged from its fair queue position and the pool's observed service rate — is
 refused at once instead of timing out later. Under pressure, lower classes starve first and
 their waiters expire first: that is the shedding order. A class may instead accept a degraded
 ``max_tokens`` cap under pressure.
@@ -16,6 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from tokenfleet.api.pool import AdmissionClass
+from tokenfleet.gateway.policy import fairness
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
 
@@ -53,6 +55,9 @@ class Waiting:
     cls: str
     enqueued_at: float
     deadline: float
+    tenant: str = ""  # "" for every waiter: first come first served
+    share: float = 1.0  # the tenant's weight in its class (Tenant.spec.share)
+    work: float = 0.0  # counter units charged when it starts (fairness.work)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,10 +67,15 @@ class PoolLoad:
     capacity: int  # requests the pool's ready endpoints take at once
     in_flight: Mapping[str, int]  # class → running requests
     queued: Mapping[str, int]  # class → waiting requests
-    heads: Mapping[
-        str, Waiting
-    ]  # class → its oldest waiter (each class is first come first served)
+    heads: Mapping[str, Waiting]  # class → the waiter it starts next (the fair choice)
     service_rate: float  # requests completed per second lately; 0 when unknown
+    waiting: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
+    """Class → tenant → waiting; a class missing here counts as one tenant (first come first
+    served)."""
+    holding: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
+    """Class → tenant → running."""
+    seen: Mapping[str, Mapping[str, tuple[float, float]]] = dataclasses.field(default_factory=dict)
+    """Class → tenant → (last arrival, share): who is present, for headroom."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,35 +111,100 @@ def _reserved(policies: Mapping[str, ClassPolicy], capacity: int) -> dict[str, i
     }
 
 
-def can_start(policies: Mapping[str, ClassPolicy], load: PoolLoad, cls: str) -> bool:
-    """A slot is free for ``cls``: one of its reserved slots, or a shared one."""
+def can_start(
+    policies: Mapping[str, ClassPolicy],
+    load: PoolLoad,
+    cls: str,
+    *,
+    tenant: str = "",
+    now: float | None = None,
+) -> bool:
+    """A slot is free for ``cls``: one of its reserved slots, or a shared one beyond the
+    headroom ``tenant`` leaves the other tenants of its class (:func:`fairness.headroom`, when
+    ``now`` is given)."""
+    seen = load.seen.get(cls) if now is not None and tenant else None
+    room = (
+        fairness.headroom(
+            tenant=tenant,
+            capacity=load.capacity,
+            holding=load.holding.get(cls, {}),
+            seen=seen,
+            now=now,
+        )
+        if seen is not None and len(seen) > 1 and now is not None  # alone: no headroom
+        else 0
+    )
     reserved = _reserved(policies, load.capacity)
     if not reserved:  # the common case, on every request: all slots are shared
-        return sum(load.in_flight.values()) < load.capacity
+        return sum(load.in_flight.values()) + room < load.capacity
     if load.in_flight.get(cls, 0) < reserved.get(cls, 0):
         return True
     shared_capacity = load.capacity - sum(reserved.values())
     shared_used = sum(max(0, n - reserved.get(c, 0)) for c, n in load.in_flight.items())
-    return shared_used < shared_capacity
+    return shared_used + room < shared_capacity
 
 
-def _ahead(policies: Mapping[str, ClassPolicy], load: PoolLoad, cls: str) -> int:
+def _ahead(policies: Mapping[str, ClassPolicy], load: PoolLoad, cls: str, tenant: str) -> int:
+    """Waiters that start before a new request of ``tenant``: all of the higher classes, and in
+    its own class its fair position (:func:`fair_position`)."""
+    if not load.heads:  # nobody waits anywhere: the common case, on every request
+        return 0
     priority = policies[cls].priority
-    return sum(
-        n for c, n in load.queued.items() if c in policies and policies[c].priority >= priority
+    above = sum(
+        n for c, n in load.queued.items() if c in policies and policies[c].priority > priority
     )
+    same = sum(
+        n
+        for c, n in load.queued.items()
+        if c != cls and c in policies and policies[c].priority == priority
+    )
+    by_tenant = load.waiting.get(cls)
+    mine = fair_position(by_tenant, tenant) if by_tenant else load.queued.get(cls, 0)
+    return above + same + mine
+
+
+def fair_position(waiting: Mapping[str, int], tenant: str) -> int:
+    """Waiters of a class ahead of a new request of ``tenant`` under fair sharing, counted as
+    round robin: its own waiters, and of each other tenant as many as will start before its
+    new one (at most one more than its own). O(tenants waiting).
+
+    Counters are left out on purpose: the estimate stays cheap and monotone, errs against the
+    light tenant (every other tenant goes first in each round) and for the heavy one, whose
+    waiters the class's age limit still sheds."""
+    mine = waiting.get(tenant, 0)
+    return mine + sum(min(n, mine + 1) for t, n in waiting.items() if t != tenant)
+
+
+def _full(policy: ClassPolicy, load: PoolLoad, cls: str, tenant: str) -> bool:
+    """The class's queue is full for ``tenant``: at its depth, and the tenant already holds its
+    part of it (depth ÷ tenants waiting), so a flood fills the queue for itself only. A class
+    queue may so hold up to about twice its depth, never more."""
+    depth = load.queued.get(cls, 0)
+    if depth < policy.max_queue_depth:
+        return False
+    by_tenant = load.waiting.get(cls)
+    if not by_tenant:
+        return True
+    tenants = len(by_tenant) + (tenant not in by_tenant)
+    return by_tenant.get(tenant, 0) >= math.ceil(policy.max_queue_depth / tenants)
 
 
 def admit(
-    *, policies: Mapping[str, ClassPolicy], load: PoolLoad, cls: str, now: float, deadline: float
+    *,
+    policies: Mapping[str, ClassPolicy],
+    load: PoolLoad,
+    cls: str,
+    now: float,
+    deadline: float,
+    tenant: str = "",
 ) -> Decision:
-    """Decide for a new request of class ``cls`` that must start by ``deadline``."""
+    """Decide for a new request of ``tenant`` in class ``cls`` that must start by ``deadline``."""
     policy = policies[cls]
-    ahead = _ahead(policies, load, cls)
-    if ahead == 0 and can_start(policies, load, cls):
+    ahead = _ahead(policies, load, cls, tenant)
+    if ahead == 0 and can_start(policies, load, cls, tenant=tenant, now=now):
         return START
-    depth = load.queued.get(cls, 0)
-    if depth >= policy.max_queue_depth:
+    if _full(policy, load, cls, tenant):
+        depth = load.queued.get(cls, 0)
         return Rejected(
             reason=Reason.QUEUE_FULL,
             message=f"the {cls} queue of this model is full ({depth} waiting); retry later",
@@ -182,16 +257,20 @@ def expire(
     return gone
 
 
-def next_up(*, policies: Mapping[str, ClassPolicy], load: PoolLoad) -> Waiting | None:
-    """The waiter to start now: highest priority first, oldest first within a class.
+def next_up(
+    *, policies: Mapping[str, ClassPolicy], load: PoolLoad, now: float | None = None
+) -> Waiting | None:
+    """The waiter to start now: highest priority first, each class's head (its fair choice).
 
-    Only each class's head matters: whether a slot is free depends on the class alone."""
+    Only each class's head matters: whether a slot is free depends on the class and the head's
+    tenant alone. A head held back by its headroom (``now`` given) holds its class and those
+    below back too: the free slot is kept for the class's other tenants."""
     order = sorted(
         (w for c, w in load.heads.items() if c in policies and load.queued.get(c, 0) > 0),
         key=lambda w: (-policies[w.cls].priority, w.enqueued_at, w.ticket),
     )
     for w in order:
-        if can_start(policies, load, w.cls):
+        if can_start(policies, load, w.cls, tenant=w.tenant, now=now):
             return w
         if policies[w.cls].reserved_share == 0:
             return None  # no shared slot: nobody below it can start either

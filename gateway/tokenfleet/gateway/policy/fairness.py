@@ -18,10 +18,18 @@ Two rules keep the counters honest:
   credit to flood with later — the bound on unfairness stays constant instead of growing with
   the idle time.
 
+A third keeps the light tenants' time to first token, not only their share: slots are not
+preemptible, so a flood that took every slot while the others were between requests makes each
+of them wait for one of its long requests to end. **Headroom** (:func:`headroom`): a tenant that
+already holds its fair part of the class's slots leaves one slot free per other tenant seen in
+the class within ``RECENT_SECONDS`` (at most a quarter of the slots). Alone — or once the others
+have been quiet that long — it takes every slot.
+
 Each call is O(active tenants): admission stays O(classes + active tenants).
 
         arrival ──▶ lift (idle tenant → min active counter) ──▶ queued under its tenant
-        slot free ─▶ pick: lowest counter among tenants with a head, ties → oldest ticket
+        slot free ─▶ pick: lowest counter after its head's charge (the virtual finish), ties →
+                     oldest ticket
         start ─────▶ charge prompt + reserved output, ÷ share
         finish ────▶ settle: + (produced − reserved) output, ÷ share
 """
@@ -29,11 +37,17 @@ Each call is O(active tenants): admission stays O(classes + active tenants).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from typing import Protocol, TypeVar
 
 #: Default cost of one prompt token and one output token in counter units.
 PROMPT_WEIGHT = 1.0
 OUTPUT_WEIGHT = 2.0
+#: Seconds since its last arrival that a tenant still counts as present for :func:`headroom`:
+#: a tenant sending one request every two seconds finds a free slot each time.
+RECENT_SECONDS = 2.0
+#: Most of a class's slots headroom may hold free (a quarter: with a pool of 6 slots, 1).
+MAX_HEADROOM = 0.25
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +64,27 @@ class Head:
 
     tenant: str
     ticket: int  # arrival order: ties between equal counters go to the older request
+    work: float = 0.0  # what starting it will charge (before the share)
+    share: float = 1.0
+
+
+class Queued(Protocol):
+    """What :func:`pick` reads of a waiter: its tenant, arrival order and charge."""
+
+    @property
+    def tenant(self) -> str: ...
+
+    @property
+    def ticket(self) -> int: ...
+
+    @property
+    def work(self) -> float: ...
+
+    @property
+    def share(self) -> float: ...
+
+
+Q = TypeVar("Q", bound=Queued)
 
 
 def work(*, prompt_tokens: int, output_tokens: int, weights: Weights = Weights()) -> float:
@@ -95,12 +130,19 @@ def settle(
     return charge(counters, tenant=tenant, amount=delta, share=share)
 
 
-def pick(heads: Collection[Head], counters: Mapping[str, float]) -> Head | None:
-    """The head to start next: lowest counter, then oldest ticket; None when nobody waits."""
-    best: Head | None = None
+def pick(heads: Iterable[Q], counters: Mapping[str, float]) -> Q | None:
+    """The head to start next: the lowest counter once its head is charged, then the oldest
+    ticket; None when nobody waits.
+
+    ``heads`` are each tenant's oldest waiter (a :class:`Head`, or the ledger's ``Waiting``).
+    Ordering by the counter *after* the head's charge (its virtual finish, as weighted fair
+    queuing orders packets) is the plain lowest-counter rule when the heads cost alike; when
+    they do not, a tenant back from idle — lifted to the flood's counter — goes before the
+    flood's long request instead of losing the tie to it."""
+    best: Q | None = None
     best_key = (0.0, 0)
     for head in heads:
-        key = (counters.get(head.tenant, 0.0), head.ticket)
+        key = (counters.get(head.tenant, 0.0) + head.work / head.share, head.ticket)
         if best is None or key < best_key:
             best, best_key = head, key
     return best
@@ -117,3 +159,28 @@ def forget(counters: Mapping[str, float], *, active: Collection[str]) -> dict[st
         return {}
     low = min(kept.values())
     return {t: c - low for t, c in kept.items()}
+
+
+def headroom(
+    *,
+    tenant: str,
+    capacity: int,
+    holding: Mapping[str, int],
+    seen: Mapping[str, tuple[float, float]],
+    now: float,
+    recent: float = RECENT_SECONDS,
+) -> int:
+    """Slots ``tenant`` must leave free in its class before it takes one more.
+
+    ``holding``: tenant → running requests of the class; ``seen``: tenant → (last arrival,
+    share). Zero unless other tenants arrived within ``recent`` seconds and ``tenant`` already
+    holds its fair part of the ``capacity`` (capacity × share ÷ the present tenants' shares);
+    then one per other present tenant, at most ``MAX_HEADROOM`` of the capacity."""
+    present = {t: share for t, (at, share) in seen.items() if now - at < recent and t != tenant}
+    if not present:
+        return 0
+    share = seen[tenant][1] if tenant in seen else 1.0
+    fair = capacity * share / (share + sum(present.values()))
+    if holding.get(tenant, 0) < fair:
+        return 0
+    return min(len(present), int(capacity * MAX_HEADROOM))

@@ -10,9 +10,14 @@ the decision cores it is updated in place, like :class:`~tokenfleet.gateway.poli
 PrefixIndex`: a request changes it three or four times, and copying it each time would cost
 the simulator, which replays millions of requests, more than the rest of its bookkeeping.
 
-Each class is first come first served. Its waiters sit in a line in ticket order, and the live
-ones in a dict by ticket, so a waiter that leaves from the middle (its age or deadline passed,
-its client left) costs O(1): the line drops it once it reaches the front.
+Inside a class the tenants share fairly (:mod:`tokenfleet.gateway.policy.fairness`, a virtual
+token counter): each tenant of a class has its own line in ticket order, and the class's head —
+the waiter :func:`admission.next_up` starts next — is the front of the line whose tenant has the
+lowest counter. Waiters that carry no tenant (``""``) share one line: plain first come first
+served, which is what a shell gets when it turns fair queuing off. The live waiters sit in a dict
+by ticket, so a waiter that leaves from the middle (its age or deadline passed, its client left)
+costs O(1): its line drops it once it reaches the front. Finding a class's head looks at each of
+its tenants' fronts once: O(active tenants).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import collections
 from collections.abc import Iterable
 from typing import Generic, TypeVar
 
+from tokenfleet.gateway.policy import fairness
 from tokenfleet.gateway.policy.admission import PoolLoad, Waiting, ewma_rate
 
 T = TypeVar("T")
@@ -30,6 +36,9 @@ T = TypeVar("T")
 RATE_WINDOW = 1.0
 #: Weight of the newest request in the average time a request holds its slot.
 HOLD_WEIGHT = 0.2
+#: Idle tenants' counters kept per class beyond the active ones before they are dropped
+#: (:func:`fairness.forget`): bounded memory when many tenants come and go.
+IDLE_COUNTERS = 64
 
 
 class Ledger(Generic[T]):
@@ -47,7 +56,15 @@ class Ledger(Generic[T]):
         self.queued: dict[str, int] = dict.fromkeys(names, 0)
         """Class → requests waiting (keys stay once a class has queued: gauges go back to 0)."""
         self.heads: dict[str, Waiting] = {}
-        """Class → its oldest live waiter; absent while the class has none."""
+        """Class → the waiter it starts next (the fair choice); absent while the class has none."""
+        self.waiting: dict[str, dict[str, int]] = {}
+        """Class → tenant → requests waiting (admission's estimate of a tenant's position)."""
+        self.holding: dict[str, dict[str, int]] = {}
+        """Class → tenant → requests running (for :func:`fairness.headroom`)."""
+        self.seen: dict[str, dict[str, tuple[float, float]]] = {}
+        """Class → tenant → (its last arrival, its share), for :func:`fairness.headroom`."""
+        self.counters: dict[str, dict[str, float]] = {}
+        """Class → tenant → virtual token counter (:mod:`~tokenfleet.gateway.policy.fairness`)."""
         self.service_rate = 0.0
         """Completions per second, exponentially weighted (:func:`admission.ewma_rate`)."""
         self.hold_seconds = 0.0
@@ -56,7 +73,8 @@ class Ledger(Generic[T]):
         """Completions since the last measurement."""
         self.rate_at = now
         """When the rate was last measured (seconds on the caller's clock)."""
-        self._lines: dict[str, collections.deque[Waiting]] = {}
+        self._lines: dict[str, dict[str, collections.deque[Waiting]]] = {}
+        self._active: dict[str, dict[str, int]] = {}  # class → tenant → waiting + running
         self._items: dict[int, T] = {}
         self._ticket = 0
 
@@ -69,6 +87,9 @@ class Ledger(Generic[T]):
             in_flight=self.in_flight,
             queued=self.queued,
             heads=self.heads,
+            waiting=self.waiting,
+            holding=self.holding,
+            seen=self.seen,
             service_rate=self.rate_for(capacity),
         )
 
@@ -87,19 +108,73 @@ class Ledger(Generic[T]):
 
     def oldest_age(self, cls: str, now: float) -> float:
         """Seconds the class's oldest waiter has waited (0 with nobody waiting)."""
-        head = self.heads.get(cls)
-        return now - head.enqueued_at if head is not None else 0.0
+        fronts = self.fronts(cls)
+        return now - min(w.enqueued_at for w in fronts) if fronts else 0.0
 
-    def start(self, cls: str) -> None:
-        """A request of ``cls`` takes a slot."""
+    def fronts(self, cls: str) -> list[Waiting]:
+        """The oldest live waiter of each tenant of ``cls`` (the class's head is one of them)."""
+        return [line[0] for line in self._lines.get(cls, {}).values()]
+
+    def start(
+        self,
+        cls: str,
+        *,
+        tenant: str = "",
+        share: float = 1.0,
+        work: float = 0.0,
+        now: float | None = None,
+    ) -> None:
+        """An arriving request of ``cls`` takes a slot at once; ``tenant`` is charged ``work``
+        (counter units, :func:`fairness.work`) divided by its ``share``; ``now`` (its arrival)
+        marks the tenant present for headroom."""
+        if now is not None:
+            self._see(cls, tenant, share, now)
+        self._arrive(cls, tenant)
+        self._run(cls, tenant=tenant, share=share, work=work)
+
+    def begin(self, entry: Waiting) -> T | None:
+        """``entry`` leaves its line and takes a slot, charged as it was enqueued; its item, or
+        None if it already left (nothing changes then)."""
+        item = self._take(entry)
+        if item is not None:
+            self._run(entry.cls, tenant=entry.tenant, share=entry.share, work=entry.work)
+        return item
+
+    def _run(self, cls: str, *, tenant: str, share: float, work: float) -> None:
         self.in_flight[cls] = self.in_flight.get(cls, 0) + 1
+        holding = self.holding.setdefault(cls, {})
+        holding[tenant] = holding.get(tenant, 0) + 1
+        if work:
+            self.counters[cls] = fairness.charge(
+                self.counters.get(cls, {}), tenant=tenant, amount=work, share=share
+            )
+        if cls in self._lines:  # others wait: the charge may change who is next
+            self._choose(cls)
 
     def release(
-        self, cls: str, *, completed: bool = True, held_seconds: float | None = None
+        self,
+        cls: str,
+        *,
+        completed: bool = True,
+        held_seconds: float | None = None,
+        tenant: str = "",
+        share: float = 1.0,
+        correction: float = 0.0,
     ) -> None:
         """A request of ``cls`` gives its slot back; ``completed`` counts it in the rate and its
-        ``held_seconds`` (how long it held the slot) in the hold time."""
+        ``held_seconds`` (how long it held the slot) in the hold time. ``correction`` (counter
+        units, negative for a refund) settles ``tenant``'s charge to the work actually done."""
         self.in_flight[cls] = max(0, self.in_flight.get(cls, 0) - 1)
+        holding = self.holding.get(cls)
+        if holding and tenant in holding:
+            holding[tenant] -= 1
+            if not holding[tenant]:
+                del holding[tenant]
+        if correction:
+            self.counters[cls] = fairness.charge(
+                self.counters.get(cls, {}), tenant=tenant, amount=correction, share=share
+            )
+        self._leave(cls, tenant)
         if completed:
             self.completions += 1
             if held_seconds is not None and held_seconds > 0:
@@ -110,40 +185,118 @@ class Ledger(Generic[T]):
                     else previous + HOLD_WEIGHT * (held_seconds - previous)
                 )
 
-    def enqueue(self, item: T, *, cls: str, enqueued_at: float, deadline: float) -> Waiting:
-        """``item`` waits at the back of its class's line; its entry, for :meth:`remove`."""
+    def enqueue(
+        self,
+        item: T,
+        *,
+        cls: str,
+        enqueued_at: float,
+        deadline: float,
+        tenant: str = "",
+        share: float = 1.0,
+        work: float = 0.0,
+    ) -> Waiting:
+        """``item`` waits at the back of its tenant's line in its class; its entry, for
+        :meth:`begin` and :meth:`remove`. ``work`` and ``share`` are charged when it starts."""
         self._ticket += 1
-        entry = Waiting(ticket=self._ticket, cls=cls, enqueued_at=enqueued_at, deadline=deadline)
-        line = self._lines.get(cls)
+        entry = Waiting(
+            ticket=self._ticket,
+            cls=cls,
+            enqueued_at=enqueued_at,
+            deadline=deadline,
+            tenant=tenant,
+            share=share,
+            work=work,
+        )
+        self._see(cls, tenant, share, enqueued_at)
+        self._arrive(cls, tenant)
+        lines = self._lines.setdefault(cls, {})
+        line = lines.get(tenant)
         if line is None:
-            line = self._lines[cls] = collections.deque()
+            line = lines[tenant] = collections.deque()
         line.append(entry)
         self._items[entry.ticket] = item
         self.queued[cls] = self.queued.get(cls, 0) + 1
-        if cls not in self.heads:
-            self.heads[cls] = entry
+        waiting = self.waiting.setdefault(cls, {})
+        waiting[tenant] = waiting.get(tenant, 0) + 1
+        self._choose(cls)
         return entry
 
     def remove(self, entry: Waiting) -> T | None:
-        """Take ``entry`` out of its line (started, expired or gone); None if it already left."""
+        """Take ``entry`` out of its line without starting it (expired or gone); None if it
+        already left."""
+        item = self._take(entry)
+        if item is not None:
+            self._leave(entry.cls, entry.tenant)
+        return item
+
+    def _take(self, entry: Waiting) -> T | None:
+        """Out of the line; the tenant stays active (a start or :meth:`_leave` follows)."""
         ticket = entry.ticket
         if ticket not in self._items:
             return None
         item = self._items.pop(ticket)
-        cls = entry.cls
+        cls, tenant = entry.cls, entry.tenant
         self.queued[cls] -= 1
-        head = self.heads.get(cls)
-        if head is not None and head.ticket == ticket:
-            line = self._lines[cls]
-            line.popleft()
+        waiting = self.waiting[cls]
+        waiting[tenant] -= 1
+        if not waiting[tenant]:
+            del waiting[tenant]
+        lines = self._lines[cls]
+        line = lines[tenant]
+        if line[0].ticket == ticket:
             items = self._items
+            line.popleft()
             while line and line[0].ticket not in items:  # those left from the middle earlier
                 line.popleft()
-            if line:
-                self.heads[cls] = line[0]
-            else:
-                del self.heads[cls]
+            if not line:
+                del lines[tenant]
         return item
+
+    def _see(self, cls: str, tenant: str, share: float, now: float) -> None:
+        seen = self.seen.setdefault(cls, {})
+        seen[tenant] = (now, share)
+        if len(seen) > len(self._active.get(cls, ())) + IDLE_COUNTERS:  # bounded memory
+            for t in [t for t, (at, _) in seen.items() if now - at >= fairness.RECENT_SECONDS]:
+                del seen[t]
+
+    def _arrive(self, cls: str, tenant: str) -> None:
+        """One more request of ``tenant`` waits or runs in ``cls``; a tenant idle there is lifted
+        to the lowest active counter first (no banked credit)."""
+        active = self._active.setdefault(cls, {})
+        if tenant not in active:
+            counters = self.counters.get(cls, {})
+            self.counters[cls] = fairness.lift(counters, tenant=tenant, active=active)
+        active[tenant] = active.get(tenant, 0) + 1
+
+    def _leave(self, cls: str, tenant: str) -> None:
+        """One of ``tenant``'s requests waits or runs no more; then pick the class's head."""
+        active = self._active.get(cls)
+        if not active or tenant not in active:  # a release without a start: nothing to undo
+            self._choose(cls)
+            return
+        active[tenant] -= 1
+        if active[tenant] <= 0:
+            del active[tenant]
+            counters = self.counters.get(cls, {})
+            if not active:
+                self.counters[cls] = {}  # everyone idle: nobody's history matters any more
+            elif len(counters) > len(active) + IDLE_COUNTERS:
+                self.counters[cls] = fairness.forget(counters, active=active)
+        self._choose(cls)
+
+    def _choose(self, cls: str) -> None:
+        """The class's head: the front of the line whose tenant has the lowest counter."""
+        lines = self._lines.get(cls)
+        if not lines:
+            if lines is not None:
+                del self._lines[cls]
+            self.heads.pop(cls, None)
+            return
+        fronts = [line[0] for line in lines.values()]
+        head = fronts[0] if len(fronts) == 1 else fairness.pick(fronts, self.counters.get(cls, {}))
+        assert head is not None  # fronts is not empty
+        self.heads[cls] = head
 
     def measure(self, seconds: float) -> None:
         """Fold the completions of the last ``seconds`` into the service rate."""

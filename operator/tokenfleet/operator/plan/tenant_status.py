@@ -5,7 +5,10 @@ A Secret's ``metadata.managedFields`` names every data entry some field manager 
 (``f:data`` → ``f:<entry>``), so keys written by ``kubectl create secret``, GitOps or
 sealed-secrets count exactly like those of ``tokenfleet tenant create-key``. Without that list
 (an older loop, a failed read), the annotation `tokenfleet tenant create-key` keeps on the
-Tenant is the fallback. Usage this period, budget state and last use come from the usage ledger.
+Tenant is the fallback. Usage this period and the budget state come from the gateway's usage
+counters in Prometheus (:func:`usage_of`), which the operator already reads for scaling: it needs
+no Redis client and no grant beyond those it has; the gateway's Redis counters stay what
+enforces a budget.
 """
 
 from __future__ import annotations
@@ -61,6 +64,35 @@ def _budget_of(body: Mapping[str, Any]) -> Budget | None:
         return Budget.model_validate(raw) if raw else None
     except pydantic.ValidationError:
         return None
+
+
+def period_of(body: Mapping[str, Any], now: datetime.datetime) -> budget.Period:
+    """The tenant's current budget period (Monthly without a budget)."""
+    spec_budget = _budget_of(body)
+    return budget.period_of(spec_budget.period if spec_budget else "Monthly", now)
+
+
+def usage_of(
+    *, body: Mapping[str, Any], counters: Mapping[str, int] | None, period: budget.Period
+) -> tuple[UsageStatus | None, int | None]:
+    """This period's usage and the budget's used units, from the tenant's counter growth
+    (:meth:`PrometheusSignals.tenant_usage`; None: unreadable, both left out). A currency
+    budget's used units need prices the operator does not read: None."""
+    if counters is None:
+        return None, None
+    use = UsageStatus(
+        period_start=rfc3339(period.start),
+        requests=counters.get("requests", 0),
+        prompt_tokens=counters.get("prompt_tokens", 0),
+        completion_tokens=counters.get("completion_tokens", 0),
+    )
+    spec_budget = _budget_of(body)
+    used = (
+        use.prompt_tokens + use.completion_tokens
+        if spec_budget is not None and spec_budget.tokens is not None
+        else None
+    )
+    return use, used
 
 
 def plan_tenant(
