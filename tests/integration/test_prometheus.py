@@ -80,23 +80,30 @@ def test_pool_workers_are_scraped_with_their_labels(
         ),
         timeout=30,
     )
+
+    # rate() needs two scrapes with an increase between them, and a labelled counter's series
+    # first appears with its first request: if the five requests above all land between two
+    # scrapes, the rate stays 0. Keep serving while waiting, as traffic would.
+    def rate_while_serving(*rates: str) -> bool:
+        client.completions.create(model="scraped-model", prompt="again", max_tokens=2)
+        return all((value(prom, rate) or 0) > 0 for rate in rates)
+
     wait_for(
         "the pool's token rates",
-        lambda: (
-            (value(prom, queries.generation_rate(ns, "scraped")) or 0) > 0
-            and (value(prom, queries.prompt_rate(ns, "scraped")) or 0) > 0
+        lambda: rate_while_serving(
+            queries.generation_rate(ns, "scraped"), queries.prompt_rate(ns, "scraped")
         ),
         timeout=30,
+        every=1.0,
     )
     # no gateway in front: the queue-wait histogram has no series, which is not zero
     assert value(prom, queries.queue_wait_p95(ns, "scraped", ["interactive"])) is None
 
     # engines' completions are a rate the operator reads; gateway arrivals need a gateway.
-    # The success counter's series appears with the first completion, so rate() needs more
-    # completions after Prometheus first saw it: keep serving while waiting.
-    def completing() -> bool:
-        client.completions.create(model="scraped-model", prompt="again", max_tokens=2)
-        return (value(prom, queries.completion_rate(ns, "scraped")) or 0) > 0
-
-    wait_for("the pool's completion rate", completing, timeout=30, every=1.0)
+    wait_for(
+        "the pool's completion rate",
+        lambda: rate_while_serving(queries.completion_rate(ns, "scraped")),
+        timeout=30,
+        every=1.0,
+    )
     assert value(prom, queries.arrival_rate(ns, "scraped")) is None
