@@ -2,11 +2,13 @@
 real simulated vLLM per model, the real openai SDK. Each action at its limit — Reject (429 with
 the reset time, across replicas), Downgrade (the cheaper model serves, a header says so),
 Notify (served, a header says so) — and the ledger agrees with what the clients received,
-across a gateway restart."""
+across a gateway restart. The same three actions for currency budgets, priced per pool from
+spec.cost: reserved at the dearest price, settled at the price of the pool that served."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,10 +26,13 @@ from support.gateway import (
     start_gateway,
     start_sim,
 )
-from tokenfleet.gateway import redis_client, usage_ledger
+from tokenfleet.api import budget
+from tokenfleet.gateway import budget_store, redis_client, usage_ledger
 from tokenfleet.signals import usage
 
-KEYS = {t: f"tfk-{t}-" + "0" * 30 for t in ("rejecting", "downgrading", "notified")}
+TOKEN_TENANTS = ("rejecting", "downgrading", "notified")
+MONEY_TENANTS = ("paying-rejecting", "paying-downgrading", "paying-notified")
+KEYS = {t: f"tfk-{t}-" + "0" * 30 for t in TOKEN_TENANTS + MONEY_TENANTS}
 DOWNGRADE, BUDGET = "X-TokenFleet-Downgraded-From", "X-TokenFleet-Budget"
 MESSAGES: Any = [{"role": "user", "content": "Say something about budgets."}]
 
@@ -66,8 +71,19 @@ def _config(sims: dict[str, Sim]) -> dict[str, Any]:
         "tenants": [
             {"name": t, "apiKeyHashes": [key_hash(k)], "allowedModels": ["*"], "budget": budgets[t]}
             for t, k in KEYS.items()
+            if t in budgets
         ],
     }
+
+
+def _ask_all(gateways: tuple[Gateway, Gateway], tenant: str, header: str) -> list[Any]:
+    """Ask on alternating replicas until ``header`` says the budget acted (at most 12)."""
+    replies = []
+    for i in range(12):
+        replies.append(_ask(gateways[i % 2], tenant))
+        if replies[-1].headers.get(header):
+            break
+    return replies
 
 
 def _ask(g: Gateway, tenant: str) -> Any:
@@ -118,10 +134,7 @@ def test_each_budget_action_across_replicas_and_the_ledger(
                 break
         rejecting_used, rejecting_served = sum(_used(r) for r in replies), len(replies)
         for tenant, header in (("downgrading", DOWNGRADE), ("notified", BUDGET)):
-            for i in range(12):
-                replies.append(_ask((a, b)[i % 2], tenant))
-                if replies[-1].headers.get(header):
-                    break
+            replies += _ask_all((a, b), tenant, header)
     assert refused is not None and rejecting_served >= 1
     # Never overspent across replicas: what was served fits the limit (60 tokens).
     assert rejecting_used <= 60
@@ -140,3 +153,106 @@ def test_each_budget_action_across_replicas_and_the_ledger(
     told = sum(_used(r) for r in replies)
     assert sum(e.prompt_tokens + e.completion_tokens for e in entries) == told
     assert {e.model for e in entries if e.tenant.endswith("downgrading")} >= {"small-model"}
+
+
+# Per million tokens, so one token costs this many micro-USD: big-model's pool is 10× dearer.
+PRICES = {"big-model": (1000.0, 4000.0), "small-model": (100.0, 400.0)}
+AMOUNT = 0.2  # USD: ~74,000 micro-USD reserved per big-model request (~10 prompt + 16 × 4000)
+
+
+def _money_config(sims: dict[str, Sim]) -> dict[str, Any]:
+    budgets = {
+        "paying-rejecting": {"amount": AMOUNT, "action": "Reject", "period": "Daily"},
+        "paying-downgrading": {
+            "amount": AMOUNT,
+            "action": "Downgrade",
+            "downgradeTo": "small-model",
+        },
+        "paying-notified": {"amount": AMOUNT, "action": "Notify"},
+    }
+    pools = [
+        {
+            "name": f"{m}-gpus",
+            "cost": {"perGpuHour": 1, "perMillionInputTokens": i, "perMillionOutputTokens": o},
+        }
+        for m, (i, o) in PRICES.items()
+    ]
+    return {
+        "models": [{"name": m, "endpoints": [s.url], "pool": f"{m}-gpus"} for m, s in sims.items()],
+        "pools": pools,
+        "tenants": [
+            {"name": t, "apiKeyHashes": [key_hash(KEYS[t])], "allowedModels": ["*"], "budget": b}
+            for t, b in budgets.items()
+        ],
+    }
+
+
+def _price(reply: Any) -> int:
+    """What the client was told it used, priced where it was served, in micro-USD."""
+    body = reply.parse()
+    per_input, per_output = PRICES[body.model]
+    return math.ceil(
+        body.usage.prompt_tokens * per_input + body.usage.completion_tokens * per_output
+    )
+
+
+def _budget_count(url: str, tenant: str, spec: dict[str, Any]) -> int:
+    """The tenant's budget counter in Redis: what every replica reserved and settled."""
+    import datetime
+
+    async def read() -> int:
+        client = redis_client.RespClient(url, timeout=2)
+        period = budget.period_of(
+            spec.get("period", "Monthly"), datetime.datetime.now(datetime.UTC)
+        )
+        try:
+            return int(await client.call("GET", budget_store.key(tenant, period, "USD")) or 0)
+        finally:
+            await client.close()
+
+    return asyncio.run(read())
+
+
+def test_each_currency_budget_action_across_replicas(
+    tmp: Path, redis: Redis, sims: dict[str, Sim]
+) -> None:
+    config = _money_config(sims)
+    with (
+        running(start_gateway(tmp, config, "--redis", redis.url)) as a,
+        running(start_gateway(tmp, config, "--redis", redis.url)) as b,
+    ):
+        rejecting, refused = [], None
+        for i in range(12):
+            try:
+                rejecting.append(_ask((a, b)[i % 2], "paying-rejecting"))
+            except openai.RateLimitError as exc:
+                refused = exc
+                break
+        downgrading = _ask_all((a, b), "paying-downgrading", DOWNGRADE)
+        notified = _ask_all((a, b), "paying-notified", BUDGET)
+    assert refused is not None and len(rejecting) >= 1
+    limit = round(AMOUNT * 1e6)
+    assert sum(_price(r) for r in rejecting) <= limit  # never overspent across replicas
+    assert refused.response.status_code == 429
+    error = refused.response.json()["error"]
+    assert error["type"] == "insufficient_quota"
+    assert error["message"].startswith("daily budget of 0.20 USD is spent; it resets at ")
+    assert error["message"].endswith("T00:00:00Z")
+    assert int(refused.response.headers["Retry-After"]) >= 1
+    # Downgrade: once spent, the cheaper model serves and the header names the one asked for.
+    last = downgrading[-1]
+    assert last.headers[DOWNGRADE] == "big-model" and last.parse().model == "small-model"
+    assert all(not r.headers.get(DOWNGRADE) for r in downgrading[:-1])
+    # Notify: served as asked, past the limit, told so.
+    assert notified[-1].headers.get(BUDGET) == "exceeded"
+    assert notified[-1].parse().model == "big-model"
+    # Settled at the actual: each counter is what its replies cost where they were served
+    # (the reservations' worst case given back), across both replicas; a refusal took nothing.
+    for tenant, replies in (
+        ("paying-rejecting", rejecting),
+        ("paying-downgrading", downgrading),
+        ("paying-notified", notified),
+    ):
+        spec = next(t["budget"] for t in config["tenants"] if t["name"] == tenant)
+        assert _budget_count(redis.url, tenant, spec) == sum(_price(r) for r in replies), tenant
+    assert sum(_price(r) for r in downgrading[:-1]) > 0  # priced: big-model's tokens counted

@@ -7,7 +7,7 @@ import datetime
 
 import pytest
 
-from tokenfleet.api import budget
+from tokenfleet.api import budget, cost
 from tokenfleet.api.tenant import Budget
 
 NOW = datetime.datetime(2026, 12, 1, 11, 0, tzinfo=datetime.UTC)
@@ -122,3 +122,79 @@ def test_tally_refuses_only_hard_budgets_and_settles() -> None:
     assert tally.used == 950
     tally.settle(delta=-5000)
     assert tally.used == 0
+
+
+# Currency budgets: a price per million tokens is micro-units per token, so these are exact.
+RATE = cost.Rate(input_per_million=2.0, output_per_million=8.0)
+
+
+@pytest.mark.parametrize(
+    ("spec", "prompt", "completion", "rate", "units"),
+    [
+        pytest.param({}, 100, 16, RATE, 116, id="tokens-count-tokens-whatever-the-price"),
+        # 100 × 2 + 16 × 8 = 328 micro-USD
+        pytest.param({"tokens": None, "amount": 1.0}, 100, 16, RATE, 328, id="priced-usd"),
+        pytest.param({"tokens": None, "amount": 1.0}, 100, 16, None, 0, id="unpriced-pool-free"),
+        pytest.param(
+            {"tokens": None, "amount": 1.0, "currency": "EUR"},
+            100,
+            16,
+            RATE,
+            0,
+            id="other-currency-no-exchange-rate",
+        ),
+        pytest.param(
+            {"tokens": None, "amount": 1.0},
+            1,
+            0,
+            cost.Rate(input_per_million=0.1, output_per_million=0.2),
+            1,
+            id="a-fraction-rounds-up",
+        ),
+        pytest.param(
+            {"tokens": None, "amount": 1.0},
+            1,
+            1,
+            cost.Rate(input_per_million=0.1, output_per_million=0.2),
+            1,
+            id="float-noise-does-not-round-up",  # 0.1 + 0.2 = 0.30000000000000004
+        ),
+    ],
+)
+def test_charge(
+    spec: dict[str, object], prompt: int, completion: int, rate: cost.Rate | None, units: int
+) -> None:
+    got = budget.charge(
+        _budget(**spec), prompt_tokens=prompt, completion_tokens=completion, rate=rate
+    )
+    assert got == units
+
+
+@pytest.mark.parametrize(
+    ("spec", "amount", "text"),
+    [
+        pytest.param({}, 1200, "1200 tokens", id="tokens"),
+        pytest.param({"tokens": None, "amount": 1.0}, 12_400_000, "12.40 USD", id="two-decimals"),
+        pytest.param({"tokens": None, "amount": 1.0}, 328, "0.000328 USD", id="micro-exact"),
+        pytest.param({"tokens": None, "amount": 1.0}, 0, "0.00 USD", id="zero"),
+    ],
+)
+def test_text(spec: dict[str, object], amount: int, text: str) -> None:
+    assert budget.text(_budget(**spec), amount) == text
+
+
+def test_a_currency_budget_state_shows_limit_spent_and_remaining() -> None:
+    money = _budget(tokens=None, amount=0.01, period="Daily")
+    within = budget.state(budget=money, used=2_500, now=NOW)
+    assert (within.limit, within.spent, within.remaining, within.used_percent) == (
+        "0.01 USD",
+        "0.0025 USD",
+        "0.0075 USD",
+        25,
+    )
+    over = budget.state(budget=money, used=12_000, now=NOW)
+    assert (over.state, over.remaining, over.resets_at) == (
+        "Exhausted",
+        "0.00 USD",
+        "2026-12-02T00:00:00Z",
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tokenfleet.api import cost
+from tokenfleet.api.pool import Cost, InferencePoolSpec
 
 # 2 replicas × 1 GPU ready for 1 hour at 2.00/GPU-hour: 2 GPU-hours paid, 4.00.
 # Benched replica: 10,000 prompt tokens/s, 1,000 output tokens/s.
@@ -103,3 +104,49 @@ def test_list_price_is_the_benched_rate_at_full_utilisation() -> None:
         100 / 1800
     )
     assert cost.list_price(cost.PoolPrice(per_gpu_hour=1.0)) is None
+
+
+def _pool(cost_spec: dict[str, object] | None, **autoscaling: int) -> InferencePoolSpec:
+    spec: dict[str, object] = {"accelerator": {"count": 2}, "autoscaling": autoscaling}
+    if cost_spec is not None:
+        spec["cost"] = cost_spec
+    return InferencePoolSpec.model_validate(spec)
+
+
+@pytest.mark.parametrize(
+    ("pool", "rate"),
+    [
+        pytest.param(
+            _pool({"perGpuHour": 2.0, "perMillionInputTokens": 0.5, "perMillionOutputTokens": 1.5}),
+            cost.Rate(input_per_million=0.5, output_per_million=1.5),
+            id="explicit-prices-win",
+        ),
+        # 2 GPUs × 3.60/h = 0.002 per second; 1,000 prompt tok/s → 2.00/M; 100 out/s → 20.00/M
+        pytest.param(
+            _pool(
+                {"perGpuHour": 3.6, "currency": "EUR"},
+                targetPromptTokensPerSecondPerReplica=1000,
+                targetGenerationTokensPerSecondPerReplica=100,
+            ),
+            cost.Rate(input_per_million=2.0, output_per_million=20.0, currency="EUR"),
+            id="derived-from-gpu-hour-and-benched-rates",
+        ),
+        pytest.param(_pool({"perGpuHour": 3.6}), None, id="gpu-price-without-benched-rates"),
+        pytest.param(_pool(None), None, id="unpriced"),
+    ],
+)
+def test_rate_of_a_pool(pool: InferencePoolSpec, rate: cost.Rate | None) -> None:
+    got = cost.rate_of(pool)
+    if rate is None:
+        assert got is None
+    else:
+        assert got is not None and got.currency == rate.currency
+        assert (got.input_per_million, got.output_per_million) == (
+            pytest.approx(rate.input_per_million),
+            pytest.approx(rate.output_per_million),
+        )
+
+
+def test_token_prices_come_in_pairs() -> None:
+    with pytest.raises(ValueError, match="set both perMillionInputTokens"):
+        Cost.model_validate({"perGpuHour": 1.0, "perMillionInputTokens": 0.5})

@@ -25,14 +25,20 @@ The rule, per pool and report window:
    scheduler's weights (prompt 1, output 2, as :mod:`~tokenfleet.gateway.policy.fairness`
    charges), and no idle line can be told apart.
 
-The per-token price a currency budget uses at admission (:func:`list_price`) is step 2 at full
-utilisation: what a token costs when the replica runs at its benched rate.
+The per-token price a currency budget is charged (:func:`rate_of`) is the pool's explicit
+``spec.cost.perMillionInputTokens`` / ``perMillionOutputTokens`` when set — a chargeback rate is
+a business decision (it may include margin, idle capacity, support), not something to measure —
+and otherwise :func:`list_price`, step 2 at full utilisation: what a token costs when the replica
+runs at its benched rate. A pool with neither has no per-token price: its tokens cost a currency
+budget nothing (it is left out of cost reports too), which ``docs/tenants.md`` says.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+
+from tokenfleet.api.pool import InferencePoolSpec
 
 IDLE = "(idle)"
 #: Token-work weights when there are no benched rates: the fair scheduler's (prompt 1, output 2).
@@ -86,6 +92,7 @@ class Rate:
 
     input_per_million: float
     output_per_million: float
+    currency: str = "USD"
 
 
 def list_price(price: PoolPrice) -> Rate | None:
@@ -96,6 +103,31 @@ def list_price(price: PoolPrice) -> Rate | None:
     return Rate(
         input_per_million=1e6 * per_gpu_second / price.prompt_tokens_per_second,
         output_per_million=1e6 * per_gpu_second / price.output_tokens_per_second,
+        currency=price.currency,
+    )
+
+
+def rate_of(spec: InferencePoolSpec) -> Rate | None:
+    """The pool's price per million prompt and output tokens: the explicit one, else the list
+    price from perGpuHour and the benched rates; None when the pool has neither."""
+    c = spec.cost
+    if c is None:
+        return None
+    if c.per_million_input_tokens is not None and c.per_million_output_tokens is not None:
+        return Rate(
+            input_per_million=c.per_million_input_tokens,
+            output_per_million=c.per_million_output_tokens,
+            currency=c.currency,
+        )
+    a = spec.autoscaling
+    return list_price(
+        PoolPrice(
+            per_gpu_hour=c.per_gpu_hour,
+            gpus_per_replica=spec.accelerator.count,
+            prompt_tokens_per_second=a.target_prompt_tokens_per_second_per_replica,
+            output_tokens_per_second=a.target_generation_tokens_per_second_per_replica,
+            currency=c.currency,
+        )
     )
 
 

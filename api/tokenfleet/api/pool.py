@@ -325,7 +325,17 @@ class Routing(Model):
 
 
 class Cost(Model):
-    """What the pool's GPUs cost, for usage reports (`tokenfleet usage --cost`)."""
+    """What the pool's GPUs cost, for usage reports (`tokenfleet usage --cost`), and what a
+    token served here costs a currency budget (``Tenant.spec.budget.amount``)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.perMillionInputTokens) == has(self.perMillionOutputTokens)",
+                "cost: set both perMillionInputTokens and perMillionOutputTokens, or neither",
+            )
+        )
+    )
 
     per_gpu_hour: float = Field(
         ge=0,
@@ -336,8 +346,32 @@ class Cost(Model):
     currency: str = Field(
         default="USD",
         pattern=r"^[A-Z]{3}$",
-        description="ISO 4217 code of the currency perGpuHour is given in.",
+        description="ISO 4217 code of the currency perGpuHour and the token prices are given in.",
     )
+    per_million_input_tokens: float | None = Field(
+        default=None,
+        ge=0,
+        le=100000,
+        description="Price of one million prompt tokens served by this pool, charged to "
+        "currency budgets. Unset: derived from perGpuHour and the benched "
+        "autoscaling.target*TokensPerSecondPerReplica (the price at full utilisation).",
+    )
+    per_million_output_tokens: float | None = Field(
+        default=None,
+        ge=0,
+        le=100000,
+        description="Price of one million completion tokens served by this pool (with "
+        "perMillionInputTokens).",
+    )
+
+    @model_validator(mode="after")
+    def _mirror_cel(self) -> Cost:
+        """The CRD's CEL rule, so that parsing outside the API server rejects the same specs."""
+        if (self.per_million_input_tokens is None) != (self.per_million_output_tokens is None):
+            raise ValueError(
+                "cost: set both perMillionInputTokens and perMillionOutputTokens, or neither"
+            )
+        return self
 
 
 class InferencePoolSpec(Model):

@@ -175,7 +175,9 @@ class UsageStatus(Model):
     prompt_tokens: int = Field(default=0, ge=0, description="Prompt tokens this period.")
     completion_tokens: int = Field(default=0, ge=0, description="Completion tokens this period.")
     cost: str = Field(
-        default="", description="Cost this period as decimal text with currency, e.g. 12.40 USD."
+        default="",
+        description="Cost this period at the serving pools' per-token prices (spec.cost) as "
+        "decimal text with currency, e.g. 12.40 USD; empty when no pool it used is priced.",
     )
 
 
@@ -185,6 +187,9 @@ class BudgetStatus(Model):
     state: Literal["WithinBudget", "Exhausted"] = Field(description="Spent or not.")
     used_percent: int = Field(default=0, ge=0, description="Share of the limit used, percent.")
     resets_at: str = Field(description="RFC 3339 time the period ends.")
+    limit: str = Field(default="", description="The period's limit, e.g. 50.00 USD or 1000 tokens.")
+    spent: str = Field(default="", description="Spent this period, in the limit's unit.")
+    remaining: str = Field(default="", description="Left this period (0 once spent).")
 
 
 class TenantStatus(Model):
@@ -198,7 +203,9 @@ class TenantStatus(Model):
     usage: UsageStatus | None = Field(default=None, description="Usage this period.")
     budget: BudgetStatus | None = Field(default=None, description="Budget state.")
     last_used: str | None = Field(
-        default=None, description="RFC 3339 time of the tenant's latest settled request."
+        default=None,
+        description="RFC 3339 time the tenant was last served (the gateways' last-served gauge "
+        "as Prometheus holds it; never moves back).",
     )
     conditions: list[Condition] = conditions_field()
 

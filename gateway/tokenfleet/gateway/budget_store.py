@@ -38,9 +38,11 @@ return {1, used}
 """
 
 
-def key(tenant: str, period: budget.Period) -> str:
-    """The counter of one tenant's period; the {tenant} hash tag keeps a tenant in one slot."""
-    return f"tf:b:{{{tenant}}}:{period.key}"
+def key(tenant: str, period: budget.Period, currency: str = "") -> str:
+    """The counter of one tenant's period; the {tenant} hash tag keeps a tenant in one slot.
+    A currency budget counts micro-units in a key of its own (``…:USD``), so a budget switched
+    between tokens and an amount mid-period never reads the other's units."""
+    return f"tf:b:{{{tenant}}}:{period.key}" + (f":{currency}" if currency else "")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +52,7 @@ class Held:
     key: str
     amount: int  # 0 when nothing was taken (refused)
     ttl: int
+    spec: Budget | None = None  # the budget it counts against: settlement prices the usage
 
 
 class BudgetStore:
@@ -65,7 +68,7 @@ class BudgetStore:
     ) -> tuple[budget.Verdict, Held]:
         """The verdict for a request costing ``amount`` units, and what it holds."""
         period = budget.period_of(spec.period, now)
-        k = key(tenant, period)
+        k = key(tenant, period, "" if spec.tokens is not None else spec.currency)
         ttl = int((period.end - now).total_seconds()) + 3600  # outlives the period a little
         limit, hard = budget.limit_units(spec), spec.action == "Reject"
         if self._script is None:
@@ -76,7 +79,7 @@ class BudgetStore:
             reply = await self._script([k], ["reserve", amount, limit, int(hard), ttl])
             taken, used = bool(reply[0]), int(reply[1])
         verdict = budget.decide(budget=spec, used=used, cost=amount, now=now)
-        return verdict, Held(key=k, amount=amount if taken else 0, ttl=ttl)
+        return verdict, Held(key=k, amount=amount if taken else 0, ttl=ttl, spec=spec)
 
     async def settle(self, held: Held, *, used: int) -> int:
         """Correct the hold to what the request used; the period's count after."""

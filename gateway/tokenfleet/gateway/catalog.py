@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tokenfleet.api import labels
+from tokenfleet.api import cost, labels
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.api.tenant import Budget, TenantSpec
@@ -31,6 +31,7 @@ class Pool:
     max_input_tokens: int
     routing: RoutingPolicy = dataclasses.field(default_factory=RoutingPolicy)
     dedicated_to: frozenset[str] = frozenset()  # traffic classes the pool is for ("" → all)
+    rate: cost.Rate | None = None  # price per million tokens (currency budgets); None: unpriced
 
     def option(self) -> PoolOption:
         return PoolOption(
@@ -115,6 +116,7 @@ def pool_of(key: str, spec: InferencePoolSpec) -> Pool:
         max_input_tokens=spec.max_input_tokens,
         routing=RoutingPolicy.of(spec.routing),
         dedicated_to=frozenset(spec.routing.classes),
+        rate=cost.rate_of(spec),
     )
 
 

@@ -6,8 +6,9 @@
 2. **validate** — the body, the model and the tenant's right to it, the pool by context bucket,
    the prompt and ``max_tokens`` limits;
 3. **assign** — the traffic class and the deadline: the :class:`Admitted` request, built once;
-4. **admit** — the tenant's token quota, then the pool's queue for the class (held through a
-   cold start), on the model or its fallback (:mod:`~tokenfleet.gateway.policy.fallback`);
+4. **admit** — the tenant's token quota and budget (:mod:`.budget_gate`), then the pool's
+   queue for the class (held through a cold start), on the model or its fallback
+   (:mod:`~tokenfleet.gateway.policy.fallback`);
 5. **route** and 6. **proxy** — revision, endpoint and retries (:mod:`.attempts`), relayed;
 7. **observe** — metrics, and 8. **settle** — the one place a request's final usage
    (:class:`~tokenfleet.gateway.policy.usage.Record`) is charged: the quota, the token
@@ -22,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime
 import itertools
 import os
 import time
@@ -30,35 +30,17 @@ from typing import Any
 
 from aiohttp import web
 
-from tokenfleet.gateway import attempts, budget_store, proxy, queues, settlement
+from tokenfleet.gateway import attempts, budget_gate, budget_store, proxy, queues, settlement
 from tokenfleet.gateway.accesslog import ACCESS
-from tokenfleet.gateway.catalog import Tenant
 from tokenfleet.gateway.intake import authenticate, parse_body, reject
-from tokenfleet.gateway.placement import Target, place, spare_for
+from tokenfleet.gateway.placement import Admitted, Target, place, spare_for
 from tokenfleet.gateway.policy import admission, bodies, deadlines, fallback, usage
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.policy.salt import cache_salt
 from tokenfleet.gateway.quota_store import Reservation
 from tokenfleet.gateway.state import STATE, GatewayState
 
-UTC = datetime.UTC
 FALLBACK_HEADER = "X-TokenFleet-Fallback-From"
-#: Set when the tenant's budget is spent and its action served the request anyway.
-BUDGET_HEADER = "X-TokenFleet-Budget"
-#: The model the request asked for, when a spent Downgrade budget served another.
-DOWNGRADE_HEADER = "X-TokenFleet-Downgraded-From"
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Admitted:
-    """A request past steps 1-3, built once: everything the later steps read."""
-
-    tenant: Tenant
-    parsed: bodies.Parsed
-    primary: Target
-    fallback: Target | None
-    due: float  # monotonic seconds
-    max_tokens: int  # within the tenant's cap (a degraded class may lower it further)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,7 +115,9 @@ class Completion:
             return reservation
         hold: budget_store.Held | None = None
         try:
-            budgeted = await self.budgeted(admitted)  # ...its budget (may downgrade the model)...
+            budgeted = await budget_gate.check(  # ...its budget (may downgrade the model)...
+                self.state, admitted, headers=self.headers, log=self.log
+            )
             if isinstance(budgeted, Rejected):
                 self.ending = ("rejected", budgeted.reason.value)
                 return budgeted
@@ -145,38 +129,6 @@ class Completion:
             return self.observe(admitted, answered)  # 7 observe
         finally:
             await self.settle(self.record(admitted, reservation.tokens), reservation, hold)  # 8
-
-    async def budgeted(
-        self, admitted: Admitted
-    ) -> tuple[Admitted, budget_store.Held | None] | Rejected:
-        """Step 4's budget: Reject refuses (429 until the reset), Downgrade re-places the
-        request on the budget's cheaper model, Notify serves and says so in a header."""
-        spec = admitted.tenant.budget
-        if spec is None or spec.tokens is None:  # currency budgets: priced by the operator
-            return admitted, budget_store.Held(key="", amount=0, ttl=0)
-        amount = usage.reservation(
-            prompt_tokens=admitted.parsed.prompt_tokens, max_tokens=admitted.max_tokens
-        )
-        verdict, hold = await self.state.budgets.reserve(
-            tenant=admitted.tenant.key, spec=spec, amount=amount, now=datetime.datetime.now(UTC)
-        )
-        if not verdict.serve:
-            return Rejected(
-                reason=Reason.DAILY_QUOTA, retry_after=verdict.retry_after, message=verdict.message
-            )
-        if verdict.exceeded:
-            self.headers[BUDGET_HEADER] = "exceeded"
-            self.log["budget"] = verdict.message
-        if verdict.model is None:
-            return admitted, hold
-        parsed = dataclasses.replace(admitted.parsed, model=verdict.model)
-        target = place(self.state.catalog, admitted.tenant, parsed)
-        if isinstance(target, Rejected):
-            await self.state.budgets.settle(hold, used=0)
-            return target
-        self.headers[DOWNGRADE_HEADER] = admitted.primary.model.name
-        self.log.update(downgraded_from=admitted.primary.model.name, model=verdict.model)
-        return dataclasses.replace(admitted, parsed=parsed, primary=target, fallback=None), hold
 
     async def admit(self) -> Admitted | Rejected:
         """Steps 1-3: who asks, for which model and pool, in which class, by when."""

@@ -15,8 +15,9 @@ from typing import Literal
 import yaml
 from pydantic import Field
 
+from tokenfleet.api import cost
 from tokenfleet.api.base import Model as ApiModel
-from tokenfleet.api.pool import Admission, Routing
+from tokenfleet.api.pool import Admission, Cost, InferencePoolSpec, Routing
 from tokenfleet.api.tenant import TenantSpec
 from tokenfleet.gateway import catalog
 from tokenfleet.gateway.policy.admission import ClassPolicy
@@ -118,6 +119,7 @@ class StaticPool(ApiModel):
     admission: Admission = Field(default_factory=Admission, description="Classes and queues.")
     routing: Routing = Field(default_factory=Routing, description="Replica choice policy.")
     max_input_tokens: int = Field(default=8192, ge=1, description="Longest prompt accepted.")
+    cost: Cost | None = Field(default=None, description="Prices, as InferencePool.spec.cost.")
 
 
 class StaticTenant(TenantSpec):
@@ -153,6 +155,7 @@ class StaticConfig(ApiModel):
                 max_input_tokens=p.max_input_tokens,
                 routing=RoutingPolicy.of(p.routing),
                 dedicated_to=frozenset(p.routing.classes),
+                rate=cost.rate_of(InferencePoolSpec(cost=p.cost)),
             )
             for p in self.pools
         }

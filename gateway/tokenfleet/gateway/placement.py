@@ -84,3 +84,16 @@ def spare_for(
     if spare is None:
         return None
     return target(catalog, spare, tenant=tenant, prompt_tokens=prompt_tokens, dedicated="")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Admitted:
+    """A request past steps 1-3 (authenticated, validated, placed, its class and deadline
+    assigned), built once: everything the later steps read."""
+
+    tenant: Tenant
+    parsed: bodies.Parsed
+    primary: Target
+    fallback: Target | None
+    due: float  # monotonic seconds
+    max_tokens: int  # within the tenant's cap (a degraded class may lower it further)

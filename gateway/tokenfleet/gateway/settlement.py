@@ -10,12 +10,14 @@ client midway — with one :class:`~tokenfleet.gateway.policy.usage.Record`. The
   asks for a usage report on every stream), else the tokens relayed to the client so far.
 
 :func:`settle` gives the quota back what the request did not use (or charges what it used
-beyond its reservation), settles the tenant's budget hold the same way, counts the tokens per
+beyond its reservation), settles the tenant's budget hold the same way (priced at the pool that
+served it, for a currency budget), counts the tokens per
 tenant, model and outcome, and writes the record to the durable usage ledger.
 """
 
 from __future__ import annotations
 
+from tokenfleet.api import budget
 from tokenfleet.gateway import budget_store
 from tokenfleet.gateway.policy import usage
 from tokenfleet.gateway.proxy import Meter
@@ -77,8 +79,15 @@ async def settle(
     """Charge ``record``: quota and budget settled, token counters counted with the outcome,
     and one entry in the usage ledger."""
     await state.quotas.settle(reservation, record.charged)
-    if hold is not None:
-        await state.budgets.settle(hold, used=record.charged)
+    if hold is not None and hold.spec is not None:
+        served_on = state.catalog.pools.get(record.pool)
+        used = budget.charge(
+            hold.spec,
+            prompt_tokens=record.prompt,
+            completion_tokens=record.completion,
+            rate=served_on.rate if served_on else None,
+        )
+        await state.budgets.settle(hold, used=used)
     if record.charged:
         labels = (record.tenant, record.model, record.outcome)
         state.metrics.prompt_tokens.labels(*labels).inc(record.prompt)
