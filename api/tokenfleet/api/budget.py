@@ -30,10 +30,10 @@ import datetime
 import math
 from typing import Literal
 
-from tokenfleet.api.cost import Rate
+from tokenfleet.api import cost
 from tokenfleet.api.tenant import Budget, BudgetStatus
 
-MICRO = 1_000_000  # currency micro-units per unit
+MICRO = cost.MICRO  # currency micro-units per unit
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,30 +79,28 @@ def units(budget: Budget, *, tokens: int, currency: float) -> int:
     return tokens if budget.tokens is not None else math.ceil(currency * MICRO)
 
 
-def charge(budget: Budget, *, prompt_tokens: int, completion_tokens: int, rate: Rate | None) -> int:
+def charge(
+    budget: Budget, *, prompt_tokens: int, completion_tokens: int, rate: cost.Rate | None
+) -> int:
     """What a request's tokens cost ``budget``, in its units.
 
     A token budget counts the tokens. A currency budget prices them at ``rate`` (the serving
     pool's, :func:`tokenfleet.api.cost.rate_of`): a price per million tokens is exactly
-    micro-units per token, so the charge is ``prompt × input + completion × output`` micro-units,
-    rounded up (never free once priced). An unpriced pool, or one priced in another currency
-    (no exchange rate is known), charges 0.
+    micro-units per token, so the charge is :func:`tokenfleet.api.cost.micro`. An unpriced pool,
+    or one priced in another currency (no exchange rate is known), charges 0.
     """
     if budget.tokens is not None:
         return prompt_tokens + completion_tokens
     if rate is None or rate.currency != budget.currency:
         return 0
-    micro = prompt_tokens * rate.input_per_million + completion_tokens * rate.output_per_million
-    return math.ceil(round(micro, 6))  # round first: 0.1 + 0.2 must not become 2 micro-units
+    return cost.micro(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, rate=rate)
 
 
 def text(budget: Budget, amount: int) -> str:
     """``amount`` units as a person reads them: 1200 tokens, or 12.40 USD (up to 6 decimals)."""
     if budget.tokens is not None:
         return f"{amount} tokens"
-    whole, micro = divmod(amount, MICRO)
-    decimals = f"{micro:06d}".rstrip("0").ljust(2, "0")
-    return f"{whole}.{decimals} {budget.currency}"
+    return cost.money(amount, budget.currency)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

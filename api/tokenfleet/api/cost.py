@@ -36,7 +36,8 @@ budget nothing (it is left out of cost reports too), which ``docs/tenants.md`` s
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 
 from tokenfleet.api.pool import InferencePoolSpec
 
@@ -205,3 +206,35 @@ def charge(*, prompt_tokens: int, completion_tokens: int, rate: Rate) -> float:
     return (
         prompt_tokens * rate.input_per_million + completion_tokens * rate.output_per_million
     ) / 1e6
+
+
+MICRO = 1_000_000  # micro-units per currency unit: budgets and status count whole micro-units
+
+
+def micro(*, prompt_tokens: int, completion_tokens: int, rate: Rate) -> int:
+    """What tokens cost at ``rate``, in micro-units: a price per million tokens is exactly
+    micro-units per token, so ``prompt × input + completion × output``, rounded up (never free
+    once priced; rounded to 6 places first so float noise, 0.1 + 0.2, does not add a unit)."""
+    exact = prompt_tokens * rate.input_per_million + completion_tokens * rate.output_per_million
+    return math.ceil(round(exact, 6))
+
+
+def money(amount: int, currency: str) -> str:
+    """``amount`` micro-units as text: 12.40 USD, 0.000328 USD (2 to 6 decimals, exact)."""
+    whole, part = divmod(amount, MICRO)
+    decimals = f"{part:06d}".rstrip("0").ljust(2, "0")
+    return f"{whole}.{decimals} {currency}"
+
+
+def priced(
+    tokens: Mapping[str, tuple[int, int]], rates: Mapping[str, Rate | None]
+) -> dict[str, int]:
+    """Currency → micro-units that (prompt, completion) tokens per pool cost at each pool's
+    rate; an unpriced pool is left out."""
+    out: dict[str, int] = {}
+    for pool, (prompt, completion) in sorted(tokens.items()):
+        rate = rates.get(pool)
+        if rate is not None:
+            cost = micro(prompt_tokens=prompt, completion_tokens=completion, rate=rate)
+            out[rate.currency] = out.get(rate.currency, 0) + cost
+    return out

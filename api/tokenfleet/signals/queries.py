@@ -171,9 +171,10 @@ TENANT_USAGE = {
 }
 
 
-def tenant_usage(metric: str, seconds: int) -> str:
+def tenant_usage(metric: str, seconds: int, by: str = "tenant") -> str:
     """Each tenant's growth of a usage counter over the last ``seconds`` (its current budget
-    period), every model, pool, outcome and gateway replica summed.
+    period), every model, pool, outcome and gateway replica summed — or kept apart by the
+    labels ``by`` names (``tenant, pool``: what the pools' prices apply to).
 
     ``increase`` bridges the counter resets of gateway restarts but only counts growth between
     samples: a series born inside the window (a tenant's first request on a replica, or after a
@@ -181,4 +182,11 @@ def tenant_usage(metric: str, seconds: int) -> str:
     window = f"[{max(1, seconds)}s]"
     growth = f"increase({metric}{window})"
     born = f"(min_over_time({metric}{window}) unless {metric} offset {max(1, seconds)}s)"
-    return f"sum by (tenant) ({growth} + {born} or {growth})"
+    return f"sum by ({by}) ({growth} + {born} or {growth})"
+
+
+def tenant_last_served(seconds: int) -> str:
+    """Each tenant's latest served time (Unix s) any gateway replica reported within the last
+    ``seconds``: ``max_over_time`` keeps it through a replica's restart, which drops the series
+    until that tenant is served again."""
+    return f"max by (tenant) (max_over_time({usage.USAGE_LAST_SERVED}[{max(1, seconds)}s]))"

@@ -29,6 +29,8 @@ USAGE_REQUESTS = "tokenfleet_usage_requests_total"
 USAGE_PROMPT_TOKENS = "tokenfleet_usage_prompt_tokens_total"
 USAGE_CACHED_PROMPT_TOKENS = "tokenfleet_usage_cached_prompt_tokens_total"
 USAGE_COMPLETION_TOKENS = "tokenfleet_usage_completion_tokens_total"
+#: Gauge, label tenant: Unix time a replica last settled a served request of the tenant.
+USAGE_LAST_SERVED = "tokenfleet_usage_last_served_timestamp_seconds"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

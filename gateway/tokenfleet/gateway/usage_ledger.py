@@ -1,7 +1,8 @@
 """The durable usage ledger: every settled request's usage, by tenant, model, pool and outcome.
 
 :meth:`UsageLedger.record` is the one entry point, called once per request where the request
-path settles (served, cancelled, failed or shed). It counts the Prometheus counters at once and
+path settles (served, cancelled, failed or shed). It counts the Prometheus counters at once (and
+sets the tenant's last-served gauge, which ``Tenant.status.lastUsed`` is read from) and
 writes the entry to Redis (layout: :mod:`tokenfleet.signals.usage`) in one atomic script, so a
 gateway restart loses nothing that was recorded.
 
@@ -17,7 +18,7 @@ import collections
 import datetime
 import logging
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from tokenfleet.gateway import redis_client
 from tokenfleet.signals import usage
@@ -63,6 +64,13 @@ class UsageLedger:
             ),
         }
 
+        self._last_served = Gauge(
+            usage.USAGE_LAST_SERVED,
+            "Unix time this replica last served the tenant (a served request settled).",
+            ["tenant"],
+            registry=registry,
+        )
+
     async def record(
         self,
         *,
@@ -90,6 +98,10 @@ class UsageLedger:
             value = getattr(entry, name)
             if value or name == "requests":
                 counter.labels(*entry.labels).inc(value)
+        if entry.outcome == "served":
+            self._last_served.labels(tenant).set(
+                (now or datetime.datetime.now(datetime.UTC)).timestamp()
+            )
         if self._script is None:
             return
         if len(self._pending) == MAX_PENDING:

@@ -131,24 +131,7 @@ class Reconciler:
         owners = {pool: names[0] for pool, names in claims.items()}
         for body in list(_bodies(self.indexes.models)):
             await self._guarded(body, self._report_model(body, owners, now))
-        key_secrets = await self._key_secrets()
-        tenants = list(_bodies(self.indexes.tenants))
-        usage = await self._tenant_usage(tenants, now)
-        for body in tenants:
-            meta = body["metadata"]
-            period = tenant_status.period_of(body, now)
-            counters = usage.get(period.start)
-            use, used = tenant_status.usage_of(
-                body=body,
-                counters=None
-                if counters is None
-                else counters.get(f"{meta['namespace']}/{meta['name']}", {}),
-                period=period,
-            )
-            status, events = tenant_status.plan_tenant(
-                body=body, now=now, key_secrets=key_secrets, usage=use, budget_used=used
-            )
-            await self._guarded(body, self._report(body, "Tenant", status.to_wire(), events, now))
+        await self._report_tenants(now)
         if self.exporter is not None:
             self.exporter.retain(
                 (kind, b["metadata"]["namespace"], b["metadata"]["name"])
@@ -160,20 +143,56 @@ class Reconciler:
                 for b in _bodies(index)
             )
 
+    async def _report_tenants(self, now: datetime.datetime) -> None:
+        """Each Tenant's status: keys, this period's usage and cost, budget, last use."""
+        key_secrets = await self._key_secrets()
+        tenants = list(_bodies(self.indexes.tenants))
+        usage, last_served = await self._tenant_usage(tenants, now)
+        rates = tenant_status.pool_rates(_bodies(self.indexes.pools))
+        for body in tenants:
+            meta = body["metadata"]
+            key = f"{meta['namespace']}/{meta['name']}"
+            period = tenant_status.period_of(body, now)
+            counters = usage.get(period.start)
+            by_pool = None if counters is None else counters.get(key, {})
+            use, used = tenant_status.usage_of(
+                body=body,
+                counters=None if by_pool is None else tenant_status.totals(by_pool),
+                period=period,
+                by_pool=by_pool,
+                rates=rates,
+            )
+            status, events = tenant_status.plan_tenant(
+                body=body,
+                now=now,
+                key_secrets=key_secrets,
+                usage=use,
+                budget_used=used,
+                last_used=last_served.get(key),
+            )
+            await self._guarded(body, self._report(body, "Tenant", status.to_wire(), events, now))
+
     async def _tenant_usage(
         self, tenants: list[dict[str, Any]], now: datetime.datetime
-    ) -> dict[datetime.datetime, dict[str, dict[str, int]]]:
-        """Per budget period start in use: tenant → its usage counters' growth since then (one
-        read per period, not per tenant); a period Prometheus could not answer is absent."""
+    ) -> tuple[
+        dict[datetime.datetime, dict[str, dict[str, dict[str, int]]]],
+        dict[str, datetime.datetime],
+    ]:
+        """Per budget period start in use: tenant → pool → its usage counters' growth since
+        then (one read per period, not per tenant; a period Prometheus could not answer is
+        absent); and tenant → when a gateway last served it, over the longest period."""
         if self.signals is None:
-            return {}
+            return {}, {}
         found = {}
-        for start in {tenant_status.period_of(b, now).start for b in tenants}:
+        starts = {tenant_status.period_of(b, now).start for b in tenants}
+        for start in starts:
             seconds = int((now - start).total_seconds())
             counters = await asyncio.to_thread(self.signals.tenant_usage, seconds)
             if counters is not None:
                 found[start] = counters
-        return found
+        longest = int((now - min(starts)).total_seconds()) if starts else 0
+        last = await asyncio.to_thread(self.signals.tenant_last_served, max(60, longest))
+        return found, last or {}
 
     async def _key_secrets(self) -> dict[tuple[str, str], frozenset[str]] | None:
         """Data entry names of the labelled key Secrets (metadata only); None if unreadable,

@@ -7,9 +7,11 @@ marks the signals stale, so the decision holds instead of scaling down on silenc
 
 from __future__ import annotations
 
+import datetime
 import logging
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
@@ -112,21 +114,40 @@ class PrometheusSignals:
             log.warning("prometheus at %s: %s unreadable: %s", self.url, query[:120], exc)
             return None
 
-    def tenant_usage(self, seconds: int) -> dict[str, dict[str, int]] | None:
-        """Tenant (namespace/name) → UsageStatus field → its growth over the last ``seconds``;
-        None when unreadable (the status then leaves usage out rather than report zero)."""
-        found: dict[str, dict[str, int]] = {}
+    def tenant_usage(self, seconds: int) -> dict[str, dict[str, dict[str, int]]] | None:
+        """Tenant (namespace/name) → pool (namespace/name) → UsageStatus field → its growth over
+        the last ``seconds``; None when unreadable (the status then leaves usage out rather than
+        report zero). By pool, because each pool has its own price."""
+        found: dict[str, dict[str, dict[str, int]]] = {}
         try:
             for field, metric in queries.TENANT_USAGE.items():
-                result = self._prom.custom_query(
-                    queries.tenant_usage(metric, seconds),
-                    params={"timeout": f"{TIMEOUT_SECONDS}s"},
-                    timeout=TIMEOUT_SECONDS + 1,
-                )
-                for r in result:
-                    tenant = r["metric"].get("tenant", "")
-                    found.setdefault(tenant, {})[field] = round(float(r["value"][1]))
+                for r in self._query(queries.tenant_usage(metric, seconds, by="tenant, pool")):
+                    labels = r["metric"]
+                    pools = found.setdefault(labels.get("tenant", ""), {})
+                    pools.setdefault(labels.get("pool", ""), {})[field] = round(
+                        float(r["value"][1])
+                    )
         except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
             log.warning("prometheus at %s: tenant usage unreadable: %s", self.url, exc)
             return None
         return found
+
+    def tenant_last_served(self, seconds: int) -> dict[str, datetime.datetime] | None:
+        """Tenant → when a gateway last served it, within the last ``seconds``; None when
+        unreadable."""
+        try:
+            return {
+                r["metric"].get("tenant", ""): datetime.datetime.fromtimestamp(
+                    float(r["value"][1]), datetime.UTC
+                )
+                for r in self._query(queries.tenant_last_served(seconds))
+            }
+        except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
+            log.warning("prometheus at %s: tenants' last use unreadable: %s", self.url, exc)
+            return None
+
+    def _query(self, promql: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._prom.custom_query(
+            promql, params={"timeout": f"{TIMEOUT_SECONDS}s"}, timeout=TIMEOUT_SECONDS + 1
+        )
+        return result

@@ -1,6 +1,8 @@
 """A Tenant's usage this period and its budget's used units, from the gateway's usage counters as
 Prometheus reports their growth: which period a tenant is in, what each budget kind can be told
-from tokens alone, an unreadable Prometheus leaving usage out; and the PromQL read."""
+from tokens alone, an unreadable Prometheus leaving usage out; and the PromQL read. Priced per
+pool: a hand-computed cost over priced, unpriced and foreign-currency pools, a currency budget's
+limit, spent and remaining, and lastUsed that never moves back."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tokenfleet.api import cost
 from tokenfleet.api.tenant import UsageStatus
 from tokenfleet.operator.plan import tenant_status
 from tokenfleet.signals import queries
@@ -92,3 +95,135 @@ def test_the_query_sums_every_model_pool_outcome_and_replica_by_tenant() -> None
         " or increase(u[3600s]))"
     )
     assert "[1s]" in queries.tenant_usage("u", 0)
+
+
+# Hand-computed: ns/big at 2.00/M prompt and 8.00/M output, ns/small at 0.25/M and 1.00/M (USD),
+# ns/euro at 1.00/M and 1.00/M (EUR), ns/free unpriced.
+RATES: dict[str, cost.Rate | None] = {
+    "ns/big": cost.Rate(input_per_million=2.0, output_per_million=8.0),
+    "ns/small": cost.Rate(input_per_million=0.25, output_per_million=1.0),
+    "ns/euro": cost.Rate(input_per_million=1.0, output_per_million=1.0, currency="EUR"),
+    "ns/free": None,
+}
+BY_POOL = {
+    # 1,000,000 × 2 + 100,000 × 8 = 2,800,000 micro-USD = 2.80 USD
+    "ns/big": {"requests": 10, "prompt_tokens": 1_000_000, "completion_tokens": 100_000},
+    # 400,000 × 0.25 + 50,000 × 1 = 150,000 micro-USD = 0.15 USD → 2.95 USD in all
+    "ns/small": {"requests": 5, "prompt_tokens": 400_000, "completion_tokens": 50_000},
+    # 3 × 1 + 7 × 1 = 10 micro-EUR
+    "ns/euro": {"requests": 1, "prompt_tokens": 3, "completion_tokens": 7},
+    "ns/free": {"requests": 2, "prompt_tokens": 500, "completion_tokens": 500},  # costs nothing
+}
+
+
+def test_totals_sum_the_pools() -> None:
+    assert tenant_status.totals(BY_POOL) == {
+        "requests": 18,
+        "prompt_tokens": 1_400_503,
+        "completion_tokens": 150_507,
+    }
+
+
+@pytest.mark.parametrize(
+    ("budget", "used"),
+    [
+        pytest.param(None, None, id="no-budget-cost-only"),
+        pytest.param({"tokens": 10_000_000}, 1_551_010, id="token-budget-counts-every-pool"),
+        pytest.param({"amount": 5, "action": "Notify"}, 2_950_000, id="usd-budget-usd-pools"),
+        pytest.param({"amount": 5, "currency": "EUR"}, 10, id="eur-budget-eur-pool"),
+    ],
+)
+def test_a_hand_computed_cost_and_a_currency_budgets_used_units(
+    budget: dict[str, Any] | None, used: int | None
+) -> None:
+    body = tenant(budget)
+    use, got = tenant_status.usage_of(
+        body=body,
+        counters=tenant_status.totals(BY_POOL),
+        period=tenant_status.period_of(body, NOW),
+        by_pool=BY_POOL,
+        rates=RATES,
+    )
+    assert use is not None and use.cost == "0.00001 EUR, 2.95 USD"
+    assert got == used
+
+
+def test_unpriced_usage_has_no_cost_and_charges_a_currency_budget_nothing() -> None:
+    body = tenant({"amount": 5})
+    use, got = tenant_status.usage_of(
+        body=body,
+        counters=BY_POOL["ns/free"],
+        period=tenant_status.period_of(body, NOW),
+        by_pool={"ns/free": BY_POOL["ns/free"]},
+        rates=RATES,
+    )
+    assert use is not None and (use.cost, got) == ("", 0)
+
+
+def test_a_spent_currency_budget_in_status() -> None:
+    body = tenant({"amount": 2.5, "action": "Notify", "period": "Daily"})
+    use, used = tenant_status.usage_of(
+        body=body,
+        counters=tenant_status.totals(BY_POOL),
+        period=tenant_status.period_of(body, NOW),
+        by_pool=BY_POOL,
+        rates=RATES,
+    )
+    status, events = tenant_status.plan_tenant(body=body, now=NOW, usage=use, budget_used=used)
+    assert status.budget is not None
+    assert (status.budget.limit, status.budget.spent, status.budget.remaining) == (
+        "2.50 USD",
+        "2.95 USD",
+        "0.00 USD",
+    )
+    assert (status.budget.state, status.budget.used_percent, status.budget.resets_at) == (
+        "Exhausted",
+        118,
+        "2026-12-18T00:00:00Z",
+    )
+    assert [e.reason for e in events] == ["BudgetSpent"]
+    assert "118% of the daily budget used" in events[0].message
+
+
+def test_pool_rates_from_the_pools_specs() -> None:
+    def pool(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"namespace": "ns", "name": name}, "spec": spec}
+
+    prices = {"perGpuHour": 1, "perMillionInputTokens": 2, "perMillionOutputTokens": 8}
+    rates = tenant_status.pool_rates(
+        [pool("big", {"cost": prices}), pool("plain", {}), pool("bad", {"replicas": "x"})]
+    )
+    assert rates == {
+        "ns/big": cost.Rate(input_per_million=2.0, output_per_million=8.0),
+        "ns/plain": None,
+    }
+
+
+EARLIER = datetime.datetime(2026, 12, 17, 9, 0, 5, 700_000, tzinfo=datetime.UTC)
+
+
+@pytest.mark.parametrize(
+    ("old", "seen", "expected"),
+    [
+        pytest.param(None, None, None, id="never-served"),
+        pytest.param(None, EARLIER, "2026-12-17T09:00:05Z", id="first-seen"),
+        pytest.param("2026-12-17T08:00:00Z", EARLIER, "2026-12-17T09:00:05Z", id="moves-on"),
+        pytest.param("2026-12-17T10:00:00Z", EARLIER, "2026-12-17T10:00:00Z", id="never-back"),
+        pytest.param("2026-12-17T10:00:00Z", None, "2026-12-17T10:00:00Z", id="out-of-window"),
+        pytest.param("garbage", EARLIER, "2026-12-17T09:00:05Z", id="unreadable-old"),
+    ],
+)
+def test_last_used(old: str | None, seen: datetime.datetime | None, expected: str | None) -> None:
+    assert tenant_status.latest(old, seen) == expected
+    body = {**tenant(), "status": {"lastUsed": old}} if old else tenant()
+    status, _ = tenant_status.plan_tenant(body=body, now=NOW, last_used=seen)
+    assert status.last_used == expected
+
+
+def test_the_queries_by_pool_and_of_the_last_served_gauge() -> None:
+    assert queries.tenant_usage("u", 60, by="tenant, pool").startswith(
+        "sum by (tenant, pool) (increase(u[60s])"
+    )
+    assert queries.tenant_last_served(86400) == (
+        "max by (tenant) (max_over_time(tokenfleet_usage_last_served_timestamp_seconds[86400s]))"
+    )

@@ -5,10 +5,11 @@ A Secret's ``metadata.managedFields`` names every data entry some field manager 
 (``f:data`` → ``f:<entry>``), so keys written by ``kubectl create secret``, GitOps or
 sealed-secrets count exactly like those of ``tokenfleet tenant create-key``. Without that list
 (an older loop, a failed read), the annotation `tokenfleet tenant create-key` keeps on the
-Tenant is the fallback. Usage this period and the budget state come from the gateway's usage
-counters in Prometheus (:func:`usage_of`), which the operator already reads for scaling: it needs
-no Redis client and no grant beyond those it has; the gateway's Redis counters stay what
-enforces a budget.
+Tenant is the fallback. Usage this period, its cost and the budget state come from the gateway's
+usage counters in Prometheus (:func:`usage_of`), which the operator already reads for scaling,
+priced per pool as the gateway prices them (:func:`pool_rates`); the last-used time from the
+gateways' last-served gauge (:func:`latest`). The operator needs no Redis client and no grant
+beyond those it has; the gateway's Redis counters stay what enforces a budget.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Any
 
 import pydantic
 
-from tokenfleet.api import budget, labels
+from tokenfleet.api import budget, cost, labels
 from tokenfleet.api.base import rfc3339
+from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.api.tenant import Budget, TenantStatus, UsageStatus
 from tokenfleet.operator.plan.reporting import Event, changed_to, condition
 
@@ -72,12 +74,48 @@ def period_of(body: Mapping[str, Any], now: datetime.datetime) -> budget.Period:
     return budget.period_of(spec_budget.period if spec_budget else "Monthly", now)
 
 
+#: Pool (namespace/name) → UsageStatus field → the tenant's growth there this period.
+ByPool = Mapping[str, Mapping[str, int]]
+
+
+def totals(by_pool: ByPool) -> dict[str, int]:
+    """The tenant's counters summed over its pools."""
+    out: dict[str, int] = {}
+    for counters in by_pool.values():
+        for field, value in counters.items():
+            out[field] = out.get(field, 0) + value
+    return out
+
+
+def pool_rates(pools: Iterable[Mapping[str, Any]]) -> dict[str, cost.Rate | None]:
+    """Pool (namespace/name) → its price per million tokens (:func:`tokenfleet.api.cost.rate_of`,
+    the gateway's); a pool whose spec does not parse is unpriced."""
+    out: dict[str, cost.Rate | None] = {}
+    for body in pools:
+        meta = body["metadata"]
+        try:
+            spec = InferencePoolSpec.model_validate(body.get("spec") or {})
+        except pydantic.ValidationError:
+            continue
+        out[f"{meta['namespace']}/{meta['name']}"] = cost.rate_of(spec)
+    return out
+
+
 def usage_of(
-    *, body: Mapping[str, Any], counters: Mapping[str, int] | None, period: budget.Period
+    *,
+    body: Mapping[str, Any],
+    counters: Mapping[str, int] | None,
+    period: budget.Period,
+    by_pool: ByPool | None = None,
+    rates: Mapping[str, cost.Rate | None] | None = None,
 ) -> tuple[UsageStatus | None, int | None]:
     """This period's usage and the budget's used units, from the tenant's counter growth
-    (:meth:`PrometheusSignals.tenant_usage`; None: unreadable, both left out). A currency
-    budget's used units need prices the operator does not read: None."""
+    (:meth:`PrometheusSignals.tenant_usage`; None: unreadable, both left out).
+
+    With the growth ``by_pool`` and the pools' ``rates``, the usage carries its cost and a
+    currency budget its used micro-units, priced as the gateway prices them
+    (:func:`tokenfleet.api.budget.charge` per pool); without them, a currency budget's used
+    units are unknown: None."""
     if counters is None:
         return None, None
     use = UsageStatus(
@@ -87,12 +125,40 @@ def usage_of(
         completion_tokens=counters.get("completion_tokens", 0),
     )
     spec_budget = _budget_of(body)
-    used = (
-        use.prompt_tokens + use.completion_tokens
-        if spec_budget is not None and spec_budget.tokens is not None
-        else None
+    if by_pool is None or rates is None:
+        tokens_budget = spec_budget is not None and spec_budget.tokens is not None
+        return use, use.prompt_tokens + use.completion_tokens if tokens_budget else None
+    tokens = {
+        pool: (c.get("prompt_tokens", 0), c.get("completion_tokens", 0))
+        for pool, c in by_pool.items()
+    }
+    spent = cost.priced(tokens, rates)
+    use = use.model_copy(
+        update={"cost": ", ".join(cost.money(v, c) for c, v in sorted(spent.items()))}
+    )
+    if spec_budget is None:
+        return use, None
+    used = sum(
+        budget.charge(spec_budget, prompt_tokens=p, completion_tokens=c, rate=rates.get(pool))
+        for pool, (p, c) in tokens.items()
     )
     return use, used
+
+
+def latest(old: str | None, seen: datetime.datetime | None) -> str | None:
+    """``lastUsed``: the later of what status said and what Prometheus saw, so it never moves
+    back when the lookback window no longer holds the last sample."""
+    before = _parsed_time(old)
+    if seen is None or (before is not None and before >= seen):
+        return old if before is not None else None
+    return rfc3339(seen)
+
+
+def _parsed_time(text: str | None) -> datetime.datetime | None:
+    try:
+        return datetime.datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
 
 
 def plan_tenant(
@@ -158,7 +224,7 @@ def plan_tenant(
         key_count=keys,
         usage=usage,
         budget=budget_state,
-        last_used=rfc3339(last_used) if last_used is not None else None,
+        last_used=latest(old.last_used if old else None, last_used),
         conditions=conditions,
     )
     events = []
