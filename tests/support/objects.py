@@ -290,6 +290,12 @@ INVALID = [
         {"cost": {"perGpuHour": -1}},
         "should be greater than or equal to 0",
     ),
+    _case(
+        "pool-input-token-price-without-output",
+        "InferencePool",
+        {"cost": {"perGpuHour": 1, "perMillionInputTokens": 0.5}},
+        "cost: set both perMillionInputTokens and perMillionOutputTokens, or neither",
+    ),
     _case("tenant-missing-allowed-models", "Tenant", {"allowedModels": DELETE}, "Required value"),
     _case(
         "tenant-class-name-with-spaces", "Tenant", {"priorityClass": "Gold Tier"}, "should match"
