@@ -19,12 +19,11 @@ from typing import Any, TypeVar
 import kopf
 import pydantic
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
 
 from tokenfleet.api.base import Condition, Model, rfc3339
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import AutoscalingStatus, InferencePoolSpec, InferencePoolStatus
-from tokenfleet.operator import evidence, k8s
+from tokenfleet.operator import evidence, k8s, tenant_inputs
 from tokenfleet.operator.config import OperatorConfig
 from tokenfleet.operator.exporter import Exporter
 from tokenfleet.operator.k8s import Kube
@@ -145,64 +144,17 @@ class Reconciler:
 
     async def _report_tenants(self, now: datetime.datetime) -> None:
         """Each Tenant's status: keys, this period's usage and cost, budget, last use."""
-        key_secrets = await self._key_secrets()
         tenants = list(_bodies(self.indexes.tenants))
-        usage, last_served = await self._tenant_usage(tenants, now)
-        rates = tenant_status.pool_rates(_bodies(self.indexes.pools))
+        inputs = await tenant_inputs.read(
+            kube=self.kube,
+            signals=self.signals,
+            tenants=tenants,
+            pools=_bodies(self.indexes.pools),
+            now=now,
+        )
         for body in tenants:
-            meta = body["metadata"]
-            key = f"{meta['namespace']}/{meta['name']}"
-            period = tenant_status.period_of(body, now)
-            counters = usage.get(period.start)
-            by_pool = None if counters is None else counters.get(key, {})
-            use, used = tenant_status.usage_of(
-                body=body,
-                counters=None if by_pool is None else tenant_status.totals(by_pool),
-                period=period,
-                by_pool=by_pool,
-                rates=rates,
-            )
-            status, events = tenant_status.plan_tenant(
-                body=body,
-                now=now,
-                key_secrets=key_secrets,
-                usage=use,
-                budget_used=used,
-                last_used=last_served.get(key),
-            )
+            status, events = tenant_status.plan_from(body=body, inputs=inputs, now=now)
             await self._guarded(body, self._report(body, "Tenant", status.to_wire(), events, now))
-
-    async def _tenant_usage(
-        self, tenants: list[dict[str, Any]], now: datetime.datetime
-    ) -> tuple[
-        dict[datetime.datetime, dict[str, dict[str, dict[str, int]]]],
-        dict[str, datetime.datetime],
-    ]:
-        """Per budget period start in use: tenant → pool → its usage counters' growth since
-        then (one read per period, not per tenant; a period Prometheus could not answer is
-        absent); and tenant → when a gateway last served it, over the longest period."""
-        if self.signals is None:
-            return {}, {}
-        found = {}
-        starts = {tenant_status.period_of(b, now).start for b in tenants}
-        for start in starts:
-            seconds = int((now - start).total_seconds())
-            counters = await asyncio.to_thread(self.signals.tenant_usage, seconds)
-            if counters is not None:
-                found[start] = counters
-        longest = int((now - min(starts)).total_seconds()) if starts else 0
-        last = await asyncio.to_thread(self.signals.tenant_last_served, max(60, longest))
-        return found, last or {}
-
-    async def _key_secrets(self) -> dict[tuple[str, str], frozenset[str]] | None:
-        """Data entry names of the labelled key Secrets (metadata only); None if unreadable,
-        so tenant status falls back to the key-count annotation rather than report 0 keys."""
-        try:
-            metas = await asyncio.to_thread(self.kube.key_secret_metadata)
-        except (ApiException, HTTPError, OSError) as exc:
-            log.warning("key Secrets' metadata unreadable, using annotations: %s", exc)
-            return None
-        return tenant_status.key_index(metas)
 
     async def _guarded(self, body: dict[str, Any], work: Any) -> None:
         meta = body["metadata"]

@@ -6,6 +6,7 @@ limit, spent and remaining, and lastUsed that never moves back."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
 
@@ -227,3 +228,25 @@ def test_the_queries_by_pool_and_of_the_last_served_gauge() -> None:
     assert queries.tenant_last_served(86400) == (
         "max by (tenant) (max_over_time(tokenfleet_usage_last_served_timestamp_seconds[86400s]))"
     )
+
+
+def test_plan_from_what_a_pass_read() -> None:
+    body = tenant({"amount": 2.5, "action": "Notify", "period": "Daily"})
+    today = tenant_status.period_of(body, NOW).start
+    inputs = tenant_status.Inputs(
+        key_secrets=None,
+        usage={today: {"ns/t": BY_POOL, "ns/other": {"ns/big": {"requests": 1}}}},
+        last_served={"ns/t": EARLIER},
+        rates=RATES,
+    )
+    status, _ = tenant_status.plan_from(body=body, inputs=inputs, now=NOW)
+    assert status.usage is not None and (status.usage.requests, status.usage.cost) == (
+        18,
+        "0.00001 EUR, 2.95 USD",
+    )
+    assert status.budget is not None and status.budget.spent == "2.95 USD"
+    assert status.last_used == "2026-12-17T09:00:05Z"
+    # Prometheus did not answer for this period: usage and budget left out, not zero.
+    unread = dataclasses.replace(inputs, usage={}, last_served={})
+    status, _ = tenant_status.plan_from(body=body, inputs=unread, now=NOW)
+    assert (status.usage, status.budget, status.last_used) == (None, None, None)

@@ -14,6 +14,7 @@ beyond those it has; the gateway's Redis counters stay what enforces a budget.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -233,3 +234,40 @@ def plan_tenant(
     if changed_to(old_conditions, status.conditions, "BudgetExceeded", "True"):
         events.append(Event(type="Warning", reason="BudgetSpent", message=conditions[-1].message))
     return status, events
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Inputs:
+    """What one pass read for every Tenant (:mod:`tokenfleet.operator.tenant_inputs`)."""
+
+    key_secrets: Mapping[tuple[str, str], frozenset[str]] | None  # None: unreadable
+    usage: Mapping[datetime.datetime, Mapping[str, ByPool]]  # period start → tenant → by pool
+    last_served: Mapping[str, datetime.datetime]  # tenant → when a gateway last served it
+    rates: Mapping[str, cost.Rate | None]  # pool → its price per million tokens
+
+
+def plan_from(
+    *, body: Mapping[str, Any], inputs: Inputs, now: datetime.datetime
+) -> tuple[TenantStatus, list[Event]]:
+    """One Tenant's new status and events from what the pass read: :func:`usage_of` for its
+    period (None when Prometheus did not answer for it), then :func:`plan_tenant`."""
+    meta = body["metadata"]
+    key = f"{meta['namespace']}/{meta['name']}"
+    period = period_of(body, now)
+    counters = inputs.usage.get(period.start)
+    by_pool = None if counters is None else counters.get(key, {})
+    use, used = usage_of(
+        body=body,
+        counters=None if by_pool is None else totals(by_pool),
+        period=period,
+        by_pool=by_pool,
+        rates=inputs.rates,
+    )
+    return plan_tenant(
+        body=body,
+        now=now,
+        key_secrets=inputs.key_secrets,
+        usage=use,
+        budget_used=used,
+        last_used=inputs.last_served.get(key),
+    )
