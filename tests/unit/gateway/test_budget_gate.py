@@ -92,3 +92,20 @@ def test_the_static_file_prices_pools_the_same_way() -> None:
     }
     pool = StaticConfig.model_validate(raw).catalog().pools["p"]
     assert pool.rate == cost.Rate(input_per_million=1.0, output_per_million=2.0)
+
+
+def test_the_watched_pools_carry_their_price() -> None:
+    """A cluster-mode gateway's catalog, built from the watched InferencePools."""
+    prices = {"perGpuHour": 2, "perMillionInputTokens": 0.5, "perMillionOutputTokens": 4}
+    built = catalog.from_objects(
+        pools=[
+            {"metadata": {"namespace": "ns", "name": "priced"}, "spec": {"cost": prices}},
+            {"metadata": {"namespace": "ns", "name": "plain"}, "spec": {}},
+        ],
+        models=[],
+        tenants=[],
+        secrets=[],
+        pods=[],
+    )
+    assert built.pools["ns/priced"].rate == cost.Rate(input_per_million=0.5, output_per_million=4.0)
+    assert built.pools["ns/plain"].rate is None
