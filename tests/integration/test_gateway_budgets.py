@@ -22,13 +22,13 @@ from support.gateway import (
     Sim,
     free_port,
     key_hash,
+    ledger_entries,
     running,
     start_gateway,
     start_sim,
 )
 from tokenfleet.api import budget
-from tokenfleet.gateway import budget_store, redis_client, usage_ledger
-from tokenfleet.signals import usage
+from tokenfleet.gateway import budget_store, redis_client
 
 TOKEN_TENANTS = ("rejecting", "downgrading", "notified")
 MONEY_TENANTS = ("paying-rejecting", "paying-downgrading", "paying-notified")
@@ -98,25 +98,6 @@ def _used(reply: Any) -> int:
     return int(body.usage.prompt_tokens + body.usage.completion_tokens)
 
 
-def _ledger(url: str) -> list[usage.Entry]:
-    async def read() -> list[usage.Entry]:
-        import datetime
-
-        client = redis_client.RespClient(url, timeout=2)
-        now = datetime.datetime.now(datetime.UTC)
-        try:
-            hours = await usage_ledger.read(
-                client, since=now - datetime.timedelta(hours=1), until=now
-            )
-        finally:
-            await client.close()
-        return usage.entries(
-            dict(f for e in entries for f in usage.fields(e)) for _, entries in hours
-        )
-
-    return asyncio.run(read())
-
-
 def test_each_budget_action_across_replicas_and_the_ledger(
     tmp: Path, redis: Redis, sims: dict[str, Sim]
 ) -> None:
@@ -148,7 +129,7 @@ def test_each_budget_action_across_replicas_and_the_ledger(
     assert replies[-1].parse().model == "big-model"
     # After both gateways stopped (a restart: nothing but Redis remains), the ledger holds
     # exactly what the clients were told they used.
-    entries = _ledger(redis.url)
+    entries = ledger_entries(redis.url)
     assert sum(e.requests for e in entries if e.outcome == "served") == len(replies)
     told = sum(_used(r) for r in replies)
     assert sum(e.prompt_tokens + e.completion_tokens for e in entries) == told

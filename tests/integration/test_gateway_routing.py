@@ -26,6 +26,7 @@ import pytest
 
 from support.cluster import wait_for
 from support.gateway import Gateway, Sim, key_hash, running, start_gateway, start_sim
+from support.gateway import gateway_metric as metric
 
 KEY = "tfk-routing-" + "0" * 30
 TENANT = {"name": "t", "apiKeyHashes": [key_hash(KEY)], "allowedModels": ["*"]}
@@ -67,18 +68,6 @@ def post(
     raw = first + r.read()
     conn.close()
     return r.status, dict(r.getheaders()), raw, ttft
-
-
-def metric(g: Gateway, name: str, **labels: str) -> float:
-    """Sum of a gateway metric's samples whose labels include ``labels``."""
-    _, text = g.get("/metrics")
-    total = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        if all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 @pytest.fixture(scope="module")

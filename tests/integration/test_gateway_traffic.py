@@ -25,13 +25,16 @@ from support.gateway import (
     access_record,
     connections_to,
     free_port,
+    gateway_metric,
     key_hash,
+    ledger_entries,
     redis_get,
     running,
     start_gateway,
     start_sim,
 )
 from tokenfleet.gateway.policy import quotas
+from tokenfleet.signals import usage
 
 KEYS = {
     name: f"tfk-{name}-" + "0" * 30
@@ -274,6 +277,10 @@ def test_a_client_that_leaves_after_k_tokens_is_charged_k(tmp: Path, redis: Redi
         conn.close()
         record = access_record(g, "leaves-after-k")
         charged = int(redis_get(redis, key) or 0) - before
+        counted = {
+            name: gateway_metric(g, name, tenant="solo", outcome="cancelled")
+            for name in (usage.USAGE_REQUESTS, usage.USAGE_COMPLETION_TOKENS)
+        }
     slow.kill()
     assert record["outcome"] == "cancelled" and record["reserved_tokens"] == 4 + 400
     # what the gateway had relayed when it saw the client go: k, or a token or two more that
@@ -284,6 +291,16 @@ def test_a_client_that_leaves_after_k_tokens_is_charged_k(tmp: Path, redis: Redi
         == record["prompt_tokens"] + record["completion_tokens"]
         == 4 + record["completion_tokens"]
     )
+    # the bill says the same: the usage counters, and the durable ledger read after the gateway
+    # is gone (a restart loses nothing settled), as a cancelled request of k tokens
+    assert counted == {
+        usage.USAGE_REQUESTS: 1,
+        usage.USAGE_COMPLETION_TOKENS: record["completion_tokens"],
+    }
+    cancelled = [e for e in ledger_entries(redis.url) if e.outcome == "cancelled"]
+    assert [(e.requests, e.prompt_tokens, e.completion_tokens) for e in cancelled] == [
+        (1, record["prompt_tokens"], record["completion_tokens"])
+    ]
 
 
 def test_a_stream_that_breaks_midway_ends_with_an_error_event(tmp: Path) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import datetime
 import hashlib
 import json
 import signal
@@ -20,7 +22,9 @@ import yaml
 
 from support.cluster import BIN_DIR, wait_for
 from tokenfleet.devstack import processes
+from tokenfleet.gateway import redis_client, usage_ledger
 from tokenfleet.gateway.redis_client import encode, parse
+from tokenfleet.signals import usage
 
 
 def free_port() -> int:
@@ -202,6 +206,38 @@ def redis_get(redis: Redis, key: str) -> bytes | None:
             reply += s.recv(65536)
     value, _ = parse(reply, 0)
     return value if isinstance(value, bytes) else None
+
+
+def gateway_metric(g: Gateway, name: str, **labels: str) -> float:
+    """Sum of a gateway metric's samples whose labels include ``labels``."""
+    _, text = g.get("/metrics")
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def ledger_entries(redis_url: str, *, hours: int = 1) -> list[usage.Entry]:
+    """What the durable usage ledger in Redis holds for the last ``hours``, read as a later
+    process would (``tokenfleet usage``): nothing of the gateway that wrote it is needed."""
+
+    async def read() -> list[usage.Entry]:
+        client = redis_client.RespClient(redis_url, timeout=2)
+        now = datetime.datetime.now(datetime.UTC)
+        try:
+            found = await usage_ledger.read(
+                client, since=now - datetime.timedelta(hours=hours), until=now
+            )
+        finally:
+            await client.close()
+        return usage.entries(
+            dict(f for e in entries for f in usage.fields(e)) for _, entries in found
+        )
+
+    return asyncio.run(read())
 
 
 def access_record(gateway: Gateway, request_id: str, timeout: float = 5.0) -> dict[str, Any]:
