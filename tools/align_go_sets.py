@@ -6,10 +6,14 @@ sets compiled k8s.io/client-go at six versions and grpc at four, about 30,400 Go
 16,700 distinct ones. Go's cache keys a compiled package by its sources and its dependencies' keys
 (not by -tags or -ldflags), so one version per module lets every set reuse what another compiled.
 
-Kubernetes' own libraries (k8s.io/*, sigs.k8s.io/*) follow two lines: the sets built on
-k8s.io/kubernetes (whose staging modules are pinned to its release) and the sets that track a
-newer client. Every other shared module goes to the highest version any set requires — never
-lower, since a wrapper cannot go below what the tool it wraps requires.
+Kubernetes' own libraries (k8s.io/*, sigs.k8s.io/*) follow the release of k8s.io/kubernetes (the
+kubernetes set pins its staging modules to it): the sets that require a newer client (helm,
+Prometheus, containerd) are pinned down to that release with replace lines, since a requirement
+can only raise a version. That halves what a cold build compiles of client-go and k8s.io/api (the
+largest modules after Kubernetes itself); test_chart, test_prometheus and test_real_node prove the
+pinned binaries work. The one exemption is a module whose newer API a set needs (containerd v2.4
+uses CRI signals that k8s.io/cri-api has from v0.37): it keeps its own version, listed below.
+Every other shared module goes to the highest version any set requires — never lower.
 
     python tools/align_go_sets.py           # edit go.mod files, then `go mod tidy` each set
     python tools/align_go_sets.py --check   # exit 1 when a shared module has two versions
@@ -27,10 +31,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 TOOLS = Path(__file__).resolve().parent
-#: The sets on Kubernetes' own release line (their k8s.io/* versions are the kubernetes set's).
+#: The sets on Kubernetes' own release line already (their requirements are at or below it).
 KUBERNETES_LINE = ("k8s", "kwok", "sim", "etcd")
-#: The sets tracking a newer Kubernetes client.
+#: The sets tracking a newer Kubernetes client, pinned down to the release.
 NEWER_CLIENT_LINE = ("helm", "prometheus", "containerd")
+#: (set, module) pairs that keep a newer Kubernetes library: the set uses API the release lacks.
+NEEDS_NEWER = frozenset({("containerd", "k8s.io/cri-api"), ("containerd", "k8s.io/cri-streaming")})
 SETS = KUBERNETES_LINE + NEWER_CLIENT_LINE
 REQUIRE = re.compile(r"^(?:require\s+)?([A-Za-z0-9._~/-]+)\s+(v[0-9][^\s]*)(?:\s*//.*)?$")
 #: ``path => path version`` (the kubernetes set pins its staging modules this way).
@@ -83,18 +89,24 @@ def _is_kubernetes_library(path: str) -> bool:
     return path.startswith(("k8s.io/", "sigs.k8s.io/"))
 
 
-def _line_of(name: str) -> tuple[str, ...]:
-    return KUBERNETES_LINE if name in KUBERNETES_LINE else NEWER_CLIENT_LINE
+def _wanted(name: str, path: str, reqs: Mapping[str, Mapping[str, str]]) -> str:
+    """The version set ``name`` should use of module ``path``."""
+    if _is_kubernetes_library(path) and (name, path) not in NEEDS_NEWER:
+        # the release's version; for a library Kubernetes does not use, the line's highest
+        line = [p for p in KUBERNETES_LINE if path in reqs.get(p, {})]
+        peers = line or [p for p in reqs if (p, path) not in NEEDS_NEWER]
+    else:
+        peers = [p for p in reqs if (p, path) not in NEEDS_NEWER or p == name]
+    versions = [reqs[p][path] for p in peers if path in reqs[p]]
+    return max(versions, key=version_key)
 
 
 def targets(reqs: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
-    """Set → {module → the version it should require}, for modules shared with another set."""
+    """Set → {module → the version it should use}, for modules shared with another set."""
     out: dict[str, dict[str, str]] = {name: {} for name in reqs}
     for name, mine in reqs.items():
         for path, version in mine.items():
-            peers = _line_of(name) if _is_kubernetes_library(path) else tuple(reqs)
-            versions = [reqs[p][path] for p in peers if p in reqs and path in reqs[p]]
-            best = max(versions, key=version_key)
+            best = _wanted(name, path, reqs)
             if best != version:
                 out[name][path] = best
     return out
@@ -113,6 +125,17 @@ def split_modules(reqs: Mapping[str, Mapping[str, str]]) -> list[str]:
     ]
 
 
+def edit_flag(path: str, version: str, *, current: str, pinned: bool) -> str:
+    """The `go mod edit` flag that moves ``path`` to ``version``.
+
+    A requirement only raises a version (minimal version selection), so going down, or moving a
+    module a replace line already pins, takes a replace line.
+    """
+    if pinned or version_key(version) < version_key(current):
+        return f"-replace={path}={path}@{version}"
+    return f"-require={path}@{version}"
+
+
 def align() -> None:
     for round_ in range(1, 8):
         wanted = targets(read_all())
@@ -122,10 +145,11 @@ def align() -> None:
         for name, mods in wanted.items():
             if not mods:
                 continue
-            print(f"round {round_}: {name}: {len(mods)} module(s) raised", file=sys.stderr)
+            print(f"round {round_}: {name}: {len(mods)} module(s) moved", file=sys.stderr)
             pinned = replaced((TOOLS / name / "go.mod").read_text())
+            current = read_all()[name]
             edits = [
-                f"-replace={p}={p}@{v}" if p in pinned else f"-require={p}@{v}"
+                edit_flag(p, v, current=current[p], pinned=p in pinned)
                 for p, v in sorted(mods.items())
             ]
             subprocess.run(["go", "mod", "edit", *edits], cwd=TOOLS / name, check=True)

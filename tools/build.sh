@@ -20,10 +20,13 @@ modver() {
   (cd "$here/$1" && go list -m -f '{{.Version}}' "$2")
 }
 
-# Cache key: the main requirement's version plus a hash of go.mod+go.sum, so that a changed pin
-# or replace line rebuilds instead of reusing a stale binary.
+# Cache key: the main requirement's version plus a hash of the wrapper's files (go.mod, go.sum and
+# any local stand-in module), so that a changed pin or replace line rebuilds instead of reusing a
+# stale binary.
 key() {
-  echo "$1-$(modver "$1" "$2")-$(cat "$here/$1/go.mod" "$here/$1/go.sum" | sha256sum | cut -c1-10)"
+  local files
+  files=$(cd "$here/$1" && find . -type f | LC_ALL=C sort)
+  echo "$1-$(modver "$1" "$2")-$(cd "$here/$1" && cat $files | sha256sum | cut -c1-10)"
 }
 
 build_set() { # name module-path import-paths...
@@ -42,8 +45,12 @@ build_set() { # name module-path import-paths...
     local start=$SECONDS
     rm -rf "$out.tmp" && mkdir -p "$out.tmp"
     # OUT_NAME names a single binary whose package directory gives the wrong name (etcd's "v3").
-    (cd "$here/$name" && CGO_ENABLED=0 go build -trimpath -tags "${TAGS:-}" \
-      -ldflags "-s -w ${LDFLAGS:-}" -o "$out.tmp/${OUT_NAME:-}" "$@")
+    # No -trimpath: it writes each module's *required* version into every compile's flags, so a
+    # set pinned down by a replace line (tools/align_go_sets.py) could not reuse what another set
+    # compiled from the very same sources. No DWARF: -s -w strips it at link anyway. GOGC=off
+    # (bounded by GOMEMLIMIT per process): the compiler's garbage collection is ~10 % of its CPU.
+    (cd "$here/$name" && CGO_ENABLED=0 GOGC=off GOMEMLIMIT=3GiB go build -tags "${TAGS:-}" \
+      -gcflags=all=-dwarf=false -ldflags "-s -w ${LDFLAGS:-}" -o "$out.tmp/${OUT_NAME:-}" "$@")
     rm -rf "$out" && mv "$out.tmp" "$out" && touch "$out/.complete"
     echo "  $name: built in $((SECONDS - start)) s" >&2
   fi
@@ -66,13 +73,12 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   stamp+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=2026-01-01T00:00:00Z"
 done
 
-# Two lanes side by side, one per core; within a lane the sets build one after another. Go's
-# build cache shares a compiled package only once it is done: seven sets started at once all miss
-# it and compile their common modules (aligned on one version each, tools/align_go_sets.py) seven
-# times over; in a lane the next set reuses what the previous one compiled. Two lanes keep both
-# cores busy through a set's module downloads and links. Lane one holds the Kubernetes line's
-# sets (the simulator first: the worker image waits for it), lane two the newer-client line's.
-# Each set's progress lines carry its name.
+# Go's build cache shares a compiled package only once it is done: sets started at once all miss
+# it and compile their common modules (aligned on one version each, tools/align_go_sets.py) over
+# again. So the simulator builds first, alone (the worker image waits for it; it compiles most of
+# what the others share: Kubernetes' client libraries, gRPC, OpenTelemetry), then two lanes side by
+# side, one per core, keep both cores busy through module downloads and links: Kubernetes itself
+# in one, the smaller sets one after another in the other. Each set's progress lines carry its name.
 wanted=" ${*:-all} "
 for name in "$@"; do
   [ -f "$here/$name/go.mod" ] || { echo "error: no binary set '$name' (tools/*/go.mod)" >&2; exit 2; }
@@ -116,10 +122,11 @@ lane() { # set names, built in this order; stops at the first failure
     "set_$name" 2>&1 | sed -u "s/^/[$name] /" >&2 || return 1 # pipefail: the set's status
   done
 }
+lane sim || { echo "error: a binary set failed to build (see the lines above)" >&2; exit 1; }
 pids=()
-lane sim kwok etcd k8s &
+lane k8s &
 pids+=("$!")
-lane helm prometheus containerd &
+lane kwok etcd helm prometheus containerd &
 pids+=("$!")
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done

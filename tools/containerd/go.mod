@@ -149,3 +149,11 @@ require (
 	tags.cncf.io/container-device-interface v1.1.1 // indirect
 	tags.cncf.io/container-device-interface/specs-go v1.1.1 // indirect
 )
+
+replace k8s.io/apimachinery => k8s.io/apimachinery v0.36.3
+
+replace k8s.io/client-go => k8s.io/client-go v0.36.3
+
+replace k8s.io/streaming => k8s.io/streaming v0.36.3
+
+replace k8s.io/utils => k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2
