@@ -87,16 +87,35 @@ replace (
     assert align.replaced(go_mod) == {"k8s.io/api"}
 
 
-def test_kubernetes_libraries_align_within_a_line_and_the_rest_across_all() -> None:
+def test_kubernetes_libraries_follow_the_release_and_the_rest_go_to_the_highest() -> None:
     reqs = {
         "k8s": {"k8s.io/client-go": "v0.36.3", "google.golang.org/grpc": "v1.79.3"},
         "kwok": {"k8s.io/client-go": "v0.36.1", "google.golang.org/grpc": "v1.81.1"},
         "helm": {"k8s.io/client-go": "v0.37.2", "google.golang.org/grpc": "v1.83.2"},
-        "prometheus": {"k8s.io/client-go": "v0.37.1"},
+        "prometheus": {"k8s.io/client-go": "v0.37.1", "sigs.k8s.io/only-here": "v1.0.0"},
+        "containerd": {"k8s.io/client-go": "v0.37.2", "k8s.io/cri-api": "v0.37.0"},
+        "etcd": {"k8s.io/cri-api": "v0.36.3"},
     }
     assert align.targets(reqs) == {
         "k8s": {"google.golang.org/grpc": "v1.83.2"},
         "kwok": {"k8s.io/client-go": "v0.36.3", "google.golang.org/grpc": "v1.83.2"},
-        "helm": {},
-        "prometheus": {"k8s.io/client-go": "v0.37.2"},
+        # pinned down to the release, not up to the newest client
+        "helm": {"k8s.io/client-go": "v0.36.3"},
+        "prometheus": {"k8s.io/client-go": "v0.36.3"},
+        # the exemption keeps containerd's CRI API; the release's sets are not raised to it
+        "containerd": {"k8s.io/client-go": "v0.36.3"},
+        "etcd": {},
     }
+
+
+def test_going_down_is_a_replace_line() -> None:
+    # a requirement can only raise a version (minimal version selection): -require would be a no-op
+    assert align.edit_flag("k8s.io/client-go", "v0.36.3", current="v0.37.2", pinned=False) == (
+        "-replace=k8s.io/client-go=k8s.io/client-go@v0.36.3"
+    )
+    assert align.edit_flag(
+        "google.golang.org/grpc", "v1.83.2", current="v1.79.3", pinned=False
+    ) == ("-require=google.golang.org/grpc@v1.83.2")
+    assert align.edit_flag("k8s.io/api", "v0.36.3", current="v0.36.1", pinned=True).startswith(
+        "-replace="
+    )
