@@ -98,6 +98,19 @@ def _used(reply: Any) -> int:
     return int(body.usage.prompt_tokens + body.usage.completion_tokens)
 
 
+def _spend_until_refused(
+    gateways: tuple[Gateway, ...], tenant: str
+) -> tuple[list[Any], openai.RateLimitError | None]:
+    """Ask through the replicas in turn (the budget spans them) until one refuses."""
+    replies: list[Any] = []
+    for i in range(12):
+        try:
+            replies.append(_ask(gateways[i % len(gateways)], tenant))
+        except openai.RateLimitError as exc:
+            return replies, exc
+    return replies, None
+
+
 def test_each_budget_action_across_replicas_and_the_ledger(
     tmp: Path, redis: Redis, sims: dict[str, Sim]
 ) -> None:
@@ -106,13 +119,7 @@ def test_each_budget_action_across_replicas_and_the_ledger(
         running(start_gateway(tmp, config, "--redis", redis.url)) as a,
         running(start_gateway(tmp, config, "--redis", redis.url)) as b,
     ):
-        replies, refused = [], None
-        for i in range(12):  # alternate replicas: the budget spans both
-            try:
-                replies.append(_ask((a, b)[i % 2], "rejecting"))
-            except openai.RateLimitError as exc:
-                refused = exc
-                break
+        replies, refused = _spend_until_refused((a, b), "rejecting")
         rejecting_used, rejecting_served = sum(_used(r) for r in replies), len(replies)
         for tenant, header in (("downgrading", DOWNGRADE), ("notified", BUDGET)):
             replies += _ask_all((a, b), tenant, header)
@@ -202,13 +209,7 @@ def test_each_currency_budget_action_across_replicas(
         running(start_gateway(tmp, config, "--redis", redis.url)) as a,
         running(start_gateway(tmp, config, "--redis", redis.url)) as b,
     ):
-        rejecting, refused = [], None
-        for i in range(12):
-            try:
-                rejecting.append(_ask((a, b)[i % 2], "paying-rejecting"))
-            except openai.RateLimitError as exc:
-                refused = exc
-                break
+        rejecting, refused = _spend_until_refused((a, b), "paying-rejecting")
         downgrading = _ask_all((a, b), "paying-downgrading", DOWNGRADE)
         notified = _ask_all((a, b), "paying-notified", BUDGET)
     assert refused is not None and len(rejecting) >= 1
