@@ -1,6 +1,7 @@
-"""What the node agent verifies for a worker pod: every one that declares an artifact (no opt-in),
-the artifact from the engine container's environment, the public key from the Secret volume a kubelet would mount (with and
-without items), Sigstore identities, and pods that mount nothing."""
+"""What the node agent verifies for a worker pod: every one that declares an artifact (no
+opt-in), the artifact from the engine container's environment, the public key from the Secret
+volume a kubelet would mount (with and without items), Sigstore identities, pods that mount
+nothing, and pods that declare no artifact."""
 
 from __future__ import annotations
 

@@ -162,7 +162,6 @@ def _verified(inputs: ModelInputs, state: rollout.State, entries: Sequence[Revis
     return (False, "Verifying", f"waiting for revision {revision}'s workers to verify it")
 
 
-
 def _not_verified_message(revision: str, ready: int) -> str:
     return (
         f"{ready} workers of revision {revision} are Ready, but none reported a verification "
