@@ -39,8 +39,16 @@ def kubectl(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
     return done.stdout
 
 
+#: Example 02's signed tiny artifact: the node agent verifies every worker's artifact before
+#: its engine starts, so time to Ready includes one real verification per pod.
+EXAMPLE_02 = REPO / "examples" / "02-model-deployment"
+
+
 def objects(models: int, replicas: int, ns: str) -> list[dict[str, Any]]:
-    out = []
+    trust = yaml.safe_load((EXAMPLE_02 / "trust-secret.yaml").read_text())
+    artifact = yaml.safe_load((EXAMPLE_02 / "modeldeployment.yaml").read_text())["spec"]["artifact"]
+    artifact["uri"] = (EXAMPLE_02 / "tiny-chat").as_uri()
+    out: list[dict[str, Any]] = [{**trust, "metadata": {**trust["metadata"], "namespace": ns}}]
     for i in range(models):
         out.append(
             {
@@ -62,11 +70,7 @@ def objects(models: int, replicas: int, ns: str) -> list[dict[str, Any]]:
                 "spec": {
                     "model": {"name": f"model-{i}"},
                     "pools": [f"pool-{i}"],
-                    "artifact": {
-                        "uri": "file:///m",
-                        "digest": "sha256:" + "d" * 64,
-                        "trust": {"publicKey": {"name": "k"}},
-                    },
+                    "artifact": artifact,
                 },
             }
         )

@@ -19,6 +19,7 @@ from typing import Any
 import openai
 from prometheus_api_client import PrometheusConnect
 
+from support import artifact
 from support.cluster import Cluster, scraped, wait_for
 from support.gateway import running, start_gateway
 from support.objects import manifest
@@ -39,6 +40,7 @@ def deploy(
     model: str = "auto-model",
 ) -> None:
     cluster.apply(
+        artifact.trust_secret(ns),
         manifest(
             "InferencePool",
             "auto",
@@ -66,11 +68,7 @@ def deploy(
                     "model": {"name": model},
                     "pools": ["auto"],
                     "engine": {"maxNumSeqs": 1},
-                    "artifact": {
-                        "uri": "file:///m",
-                        "digest": "sha256:" + "a1" * 32,
-                        "trust": {"publicKey": {"name": "k"}},
-                    },
+                    "artifact": artifact.spec(),
                 },
             ),
             "metadata": {

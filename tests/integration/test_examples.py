@@ -1,7 +1,9 @@
 """Every example under examples/, as its README tells it, against the real local control plane.
 
 One test per folder: its YAML applies (the API server's CEL and schema accept it), the operator
-brings it to the state its README documents, and the README's commands run. 04's full journey
+brings it to the state its README documents, and the README's commands run. 02 reaches
+Verified=True from the local platform's real verification of its shipped artifact, and the same
+manifest pointed at a tampered or absent copy never serves and says why. 04's full journey
 (sign, serve, tamper, refuse) is tests/integration/test_signed_example.py; here its README's
 signing steps run and print the digest the manifest pins. 05 and 06 are offline tools: a short
 simulation of each scenario's first seconds, and `tokenfleet plan` printing exactly the output
@@ -11,8 +13,10 @@ simulation of each scenario's first seconds, and `tokenfleet plan` printing exac
 from __future__ import annotations
 
 import datetime
+import hashlib
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +26,8 @@ import pytest
 import yaml
 
 from support.cluster import Cluster, wait_for
+from tokenfleet.api import labels
+from tokenfleet.signing import verdict
 
 BIN = Path(sys.executable).parent
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -106,29 +112,115 @@ def test_01_three_zone_pool(cluster: Cluster, ns: str, operator: Any) -> None:
     assert refused.returncode != 0 and "replicas.min" in refused.stderr, refused.stderr
 
 
+#: Where 02's manifest reads its artifact from; its README copies tiny-chat/ there.
+ARTIFACT_02 = Path("/tmp/tokenfleet-examples/02-model-deployment/tiny-chat")
+
+
+def copy_artifact_02() -> None:
+    """The README's ``mkdir -p`` + ``cp -r``: the shipped files where the manifest points."""
+    shutil.copytree(EXAMPLES / "02-model-deployment/tiny-chat", ARTIFACT_02, dirs_exist_ok=True)
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    conditions = (obj.get("status") or {}).get("conditions", [])
+    return next((c for c in conditions if c["type"] == kind), {})
+
+
 def test_02_model_deployment(cluster: Cluster, ns: str, operator: Any) -> None:
+    copy_artifact_02()
     apply(cluster, ns, "01-three-zone-pool", "02-model-deployment")
+    manifest = yaml.safe_load((EXAMPLES / "02-model-deployment/modeldeployment.yaml").read_text())
+    assert manifest["spec"]["artifact"]["uri"] == ARTIFACT_02.as_uri()
+    assert "fallback" not in manifest["spec"]  # no example deploys a model to fall back to
 
-    def observed() -> dict[str, Any] | None:
-        obj = cluster.get("tfmodel", "llama-chat", "-n", ns)
-        status = obj.get("status") or {}
-        seen = status.get("observedGeneration") == obj["metadata"]["generation"]
-        return status if seen else None
-
-    # The README documents what is declared, not a serving state: its digest is a placeholder
-    # and no example creates the model-signing-key Secret, so the operator must observe it
-    # and say what it found; whether it may claim Verified is the operator's (see the report).
-    status = wait_for("the operator observes llama-chat", observed, timeout=120)
-    # "runs llama-3.1-8b-instruct on the pool of example 01": nine workers, three per zone
+    # "runs llama-3.1-8b-instruct on the pool of example 01": nine workers, three per zone,
+    # each started only after the node agent verified the shipped artifact
     want = expected_replicas()
     wait_for(
         f"{want} Ready workers, even over 3 zones", lambda: placed(cluster, ns, want), timeout=240
     )
-    assert status.get("conditions"), status  # it says what it found, whatever that is
+    public = (EXAMPLES / "02-model-deployment/public.pem").read_bytes()
+    signer = "key:sha256:" + hashlib.sha256(public).hexdigest()
+
+    def verified() -> dict[str, Any] | None:
+        obj = cluster.get("tfmodel", "llama-chat", "-n", ns)
+        return obj if condition(obj, "Verified").get("status") == "True" else None
+
+    obj = wait_for("llama-chat Verified", verified, timeout=120)
+    assert condition(obj, "Verified")["message"].endswith(f"signed by {signer}"), obj["status"]
+    assert condition(obj, "Available")["status"] == "True", obj["status"]
+    (entry,) = obj["status"]["revisions"]
+    assert (entry["verified"], entry["signer"], entry["digest"]) == (
+        True,
+        signer,
+        manifest["spec"]["artifact"]["digest"],
+    )
+    pods = cluster.get("pods", "-n", ns, "-l", f"{labels.MODEL}=llama-3.1-8b-instruct")["items"]
+    assert len(pods) == want
+    for pod in pods:  # the verdict of the verification each engine waited for
+        seen = verdict.parse(pod["metadata"]["annotations"][labels.VERDICT])
+        assert seen is not None and seen.verified and seen.signer == signer, pod["metadata"]
     listed = cluster.kubectl("get", "tfmodel", "llama-chat", "-n", ns).stdout
     assert "llama-chat" in listed and "llama-3.1-8b-instruct" in listed, listed
     explained = cluster.kubectl("explain", "modeldeployment.spec.rollout.analysis").stdout
     assert "maxTtftP99Ratio" in explained
+    # the README's own check of the artifact, as the worker runs it
+    py = sys.executable
+    checked = run(
+        py, "-m", "tokenfleet.signing", "verify", ARTIFACT_02.as_uri(),
+        "--digest", entry["digest"], "--public-key", "examples/02-model-deployment/public.pem",
+    )  # fmt: skip
+    assert '"reason":"Verified"' in checked and signer in checked, checked
+    readme = (EXAMPLES / "02-model-deployment/README.md").read_text()
+    assert entry["digest"] in readme and ARTIFACT_02.as_uri() in readme
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [("tampered", "DigestMismatch"), ("absent", "ArtifactUnreachable")],
+)
+def test_example_02_from_a_tampered_or_absent_artifact_never_serves(
+    cluster: Cluster, ns: str, operator: Any, tmp_path: Path, damage: str, reason: str
+) -> None:
+    """The same manifest pointed at a changed or missing copy: every worker refused with the
+    verifier's reason, none Ready or listening, and Verified=False says why."""
+    copy = tmp_path / "tiny-chat"
+    if damage == "tampered":
+        shutil.copytree(EXAMPLES / "02-model-deployment/tiny-chat", copy)
+        (copy / "config.json").write_text('{"architectures": ["SomethingElse"]}')
+    manifest = yaml.safe_load((EXAMPLES / "02-model-deployment/modeldeployment.yaml").read_text())
+    manifest["spec"]["artifact"]["uri"] = copy.as_uri()
+    manifest["metadata"]["namespace"] = ns
+    apply(cluster, ns, "01-three-zone-pool")
+    cluster.kubectl(
+        "apply", "-n", ns, "-f", str(EXAMPLES / "02-model-deployment/trust-secret.yaml")
+    )
+    cluster.apply(manifest)
+
+    def refused() -> dict[str, Any] | None:
+        obj = cluster.get("tfmodel", "llama-chat", "-n", ns)
+        found = condition(obj, "Verified")
+        return obj if found.get("status") == "False" and found.get("reason") == reason else None
+
+    obj = wait_for(f"Verified=False ({reason})", refused, timeout=180)
+    assert reason in condition(obj, "Verified")["message"], obj["status"]
+    assert condition(obj, "Available")["status"] == "False", obj["status"]
+    assert all(
+        not r.get("verified") and r["readyReplicas"] == 0 for r in obj["status"]["revisions"]
+    )
+    pods = cluster.get("pods", "-n", ns, "-l", f"{labels.MODEL}=llama-3.1-8b-instruct")["items"]
+    assert pods
+    for pod in pods:
+        seen = verdict.parse((pod["metadata"].get("annotations") or {}).get(labels.VERDICT, ""))
+        if seen is None:
+            continue  # not verified yet: it has no engine either
+        assert seen.reason == reason, seen
+        ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "False", pod["status"]
+        if pod["status"].get("podIP"):  # no engine behind a refused pod's address
+            with socket.socket() as probe:
+                probe.settimeout(1)
+                assert probe.connect_ex((pod["status"]["podIP"], 8000)) != 0
 
 
 def test_03_two_tenants(cluster: Cluster, ns: str, operator: Any) -> None:

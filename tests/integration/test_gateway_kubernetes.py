@@ -17,6 +17,7 @@ import openai
 import pytest
 import yaml
 
+from support import artifact
 from support.cluster import REPO, Cluster, namespace, wait_for
 from support.gateway import Gateway, running, start_gateway
 from support.objects import manifest
@@ -64,8 +65,10 @@ def deploy(
     zones: tuple[str, ...] = ("zone-a", "zone-b", "zone-c"),
     replicas: tuple[int, int] = (3, 6),
 ) -> None:
-    """A pool (kpool), a model on it (kmodel) and a tenant (team) allowed to call it."""
+    """A pool (kpool), a model on it (kmodel), its trust Secret and a tenant (team) allowed to
+    call it."""
     cluster.apply(
+        artifact.trust_secret(ns),
         manifest(
             "InferencePool",
             "kpool",
@@ -79,11 +82,7 @@ def deploy(
             {
                 "model": {"name": served, "aliases": list(aliases)},
                 "pools": ["kpool"],
-                "artifact": {
-                    "uri": "file:///m",
-                    "digest": "sha256:" + "e" * 64,
-                    "trust": {"publicKey": {"name": "k"}},
-                },
+                "artifact": artifact.spec(),
             },
         ),
         manifest(

@@ -24,6 +24,7 @@ import openai
 import pytest
 import requests
 
+from support import artifact
 from support.cluster import REPO, Cluster, namespace, scraped, wait_for
 from support.gateway import Redis, free_port, running, start_gateway
 from support.objects import manifest
@@ -82,6 +83,7 @@ def loaded(
 
 def deploy(cluster: Cluster, ns: str, model: str) -> None:
     cluster.apply(
+        artifact.trust_secret(ns),
         manifest(
             "InferencePool",
             "watch",
@@ -100,11 +102,7 @@ def deploy(cluster: Cluster, ns: str, model: str) -> None:
                 {
                     "model": {"name": model},
                     "pools": ["watch"],
-                    "artifact": {
-                        "uri": "file:///m",
-                        "digest": "sha256:" + "b2" * 32,
-                        "trust": {"publicKey": {"name": "k"}},
-                    },
+                    "artifact": artifact.spec(),
                 },
             ),
             "metadata": {

@@ -1,7 +1,7 @@
-"""The local stack verifies artifacts like the worker image does: a worker pod that opts in
-(sim.tokenfleet.io/verify-artifact) gets its simulator only when its artifact verifies against
-the public key in its trust Secret; a tampered file or a foreign key leaves the pod NotReady
-with no engine, and the verdict in its tokenfleet.io/verdict annotation."""
+"""The local stack verifies artifacts like the worker image does: every worker pod that declares
+an artifact (no opt-in needed) gets its simulator only when its artifact verifies against the
+public key in its trust Secret; a tampered file, a foreign key or a missing directory leaves the
+pod NotReady with no engine, and the verdict in its tokenfleet.io/verdict annotation."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ def signed_model(root: Path) -> tuple[Path, str, Path]:
     return model, digest, public
 
 
-def deployment(name: str, *, model: Path, digest: str, secret: str) -> dict[str, Any]:
+def deployment(
+    name: str, *, model: Path, digest: str, secret: str, opt_in: bool = True
+) -> dict[str, Any]:
     served = f"sim-{uuid.uuid4().hex[:6]}"
     pod_labels = {"app": name, labels.ROLE: labels.ROLE_WORKER}
     return {
@@ -43,7 +45,7 @@ def deployment(name: str, *, model: Path, digest: str, secret: str) -> dict[str,
             "template": {
                 "metadata": {
                     "labels": pod_labels,
-                    "annotations": {labels.SIM_VERIFY_ARTIFACT: "true"},
+                    "annotations": {labels.SIM_VERIFY_ARTIFACT: "true"} if opt_in else {},
                 },
                 "spec": {
                     "containers": [
@@ -161,6 +163,33 @@ def test_foreign_key_is_an_untrusted_signer(
     assert seen.reason is Reason.UNTRUSTED_SIGNER
     assert not is_ready(pod)
     remove(cluster, ns, "foreign")
+
+
+def test_a_declared_artifact_is_verified_without_opting_in(
+    cluster: Cluster, ns: str, tmp_path: Path
+) -> None:
+    """No annotation, an artifact that does not exist: refused, never Ready, nothing listening."""
+    _, digest, public = signed_model(tmp_path)
+    apply(
+        cluster,
+        ns,
+        secret("signing", public),
+        deployment(
+            "absent", model=tmp_path / "nowhere", digest=digest, secret="signing", opt_in=False
+        ),
+    )
+    pod, seen = wait_for("a verdict", lambda: pod_verdict(cluster, ns, "absent"), timeout=120)
+    assert seen.reason is Reason.ARTIFACT_UNREACHABLE, seen
+    assert "nowhere" in seen.message, seen
+    current = cluster.get("pod", "-n", ns, pod["metadata"]["name"])
+    assert not is_ready(current)
+    ready = next(c for c in current["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "ArtifactUnreachable", ready
+    if current["status"].get("podIP"):
+        with socket.socket() as probe:
+            probe.settimeout(1)
+            assert probe.connect_ex((current["status"]["podIP"], 8000)) != 0
+    remove(cluster, ns, "absent")
 
 
 def remove(cluster: Cluster, ns: str, app: str) -> None:

@@ -16,12 +16,21 @@ from typing import Any
 import openai
 import pytest
 
+from support import artifact
 from support.cluster import Cluster, wait_for
 from support.objects import manifest
 from support.operator import SA, SA_NAMESPACE, running_operator
 from tokenfleet.api import labels
 
 ZONES = ["zone-a", "zone-b", "zone-c"]
+
+
+@pytest.fixture(autouse=True)
+def trusted_key(cluster: Cluster, request: pytest.FixtureRequest) -> None:
+    """The shipped artifact's trust Secret in each test's namespace: the local platform
+    verifies every ModelDeployment's artifact before an engine starts."""
+    if "ns" in request.fixturenames:
+        cluster.apply(artifact.trust_secret(request.getfixturevalue("ns")))
 
 
 def pool(name: str, ns: str, **spec: Any) -> dict[str, Any]:
@@ -42,11 +51,7 @@ def model(name: str, ns: str, pools: list[str], served: str | None = None) -> di
         {
             "model": {"name": served or name},
             "pools": pools,
-            "artifact": {
-                "uri": "file:///models/demo",
-                "digest": "sha256:" + "b" * 64,
-                "trust": {"publicKey": {"name": "signing-key"}},
-            },
+            "artifact": artifact.spec(),
             "engine": {"maxNumSeqs": 16},
         },
     )

@@ -8,6 +8,7 @@ from typing import Any
 import openai
 from prometheus_api_client import PrometheusConnect
 
+from support import artifact
 from support.cluster import Cluster, wait_for
 from support.objects import manifest
 from tokenfleet.api import labels
@@ -23,6 +24,7 @@ def test_pool_workers_are_scraped_with_their_labels(
     cluster: Cluster, ns: str, operator: Any
 ) -> None:
     cluster.apply(
+        artifact.trust_secret(ns),
         manifest(
             "InferencePool",
             "scraped",
@@ -36,11 +38,7 @@ def test_pool_workers_are_scraped_with_their_labels(
             {
                 "model": {"name": "scraped-model"},
                 "pools": ["scraped"],
-                "artifact": {
-                    "uri": "file:///m",
-                    "digest": "sha256:" + "f" * 64,
-                    "trust": {"publicKey": {"name": "k"}},
-                },
+                "artifact": artifact.spec(),
             },
         ),
     )

@@ -1,6 +1,7 @@
-"""What the node agent verifies for a worker pod: opt-in by annotation, artifact from the engine
-container's environment, the public key from the Secret volume a kubelet would mount (with and
-without items), Sigstore identities, and pods that mount nothing."""
+"""What the node agent verifies for a worker pod: every one that declares an artifact (no
+opt-in), the artifact from the engine container's environment, the public key from the Secret
+volume a kubelet would mount (with and without items), Sigstore identities, pods that mount
+nothing, and pods that declare no artifact."""
 
 from __future__ import annotations
 
@@ -49,8 +50,17 @@ BASE = ArtifactCheck(uri="file:///m/tiny", digest="sha256:" + "a" * 64)
     [
         pytest.param(
             pod(env=KEY_ENV, mounts=MOUNT, volumes=WITH_ITEMS, opt_in=False),
-            None,
-            id="not-opted-in",
+            ArtifactCheck(
+                uri=BASE.uri, digest=BASE.digest, secret="signing", secret_key="public.pem"
+            ),
+            id="declares-an-artifact-so-verified-without-opt-in",
+        ),
+        pytest.param(pod(env=[], opt_in=False), None, id="declares-no-artifact"),
+        pytest.param(
+            pod(env=[], opt_in=True), ArtifactCheck(uri="", digest=""), id="opted-in-without-one"
+        ),
+        pytest.param(
+            {**pod(env=KEY_ENV, opt_in=False), "metadata": {"labels": {}}}, None, id="not-a-worker"
         ),
         pytest.param(
             pod(env=KEY_ENV, mounts=MOUNT, volumes=WITH_ITEMS),

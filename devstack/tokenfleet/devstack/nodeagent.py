@@ -9,11 +9,11 @@ restarted, as a kubelet restarts a crashed container. A pod whose address it can
 and the error, and a Warning Event, and is retried with the same back-off. Other pods on
 simulated nodes are marked Ready at once, as kwok would.
 
-A worker pod that opts in (annotation ``sim.tokenfleet.io/verify-artifact: "true"``) first has
-its artifact verified exactly as the worker image's entrypoint would (tokenfleet.signing, with
-the trust Secret read from the API where a kubelet would mount it). The verdict goes into the
-pod's ``tokenfleet.io/verdict`` annotation; a refused pod stays NotReady with the verdict's
-reason and gets no simulator, as its engine would never start.
+Every worker pod that declares an artifact (as every ModelDeployment's do) first has it
+verified exactly as the worker image's entrypoint would (tokenfleet.signing, with the trust
+Secret read from the API where a kubelet would mount it): no opt-in. The verdict, pass or not,
+goes into the pod's ``tokenfleet.io/verdict`` annotation; a refused pod stays NotReady with the
+verdict's reason and gets no simulator, as its engine would never start.
 """
 
 from __future__ import annotations

@@ -150,13 +150,25 @@ class ArtifactCheck:
     issuer: str = ""
 
 
+#: The engine environment that declares an artifact (the operator renders both for every
+#: ModelDeployment's workers, as the worker image's entrypoint requires).
+ARTIFACT_ENV = ("TOKENFLEET_ARTIFACT_URI", "TOKENFLEET_ARTIFACT_DIGEST")
+
+
 def artifact_check(pod: dict[str, Any]) -> ArtifactCheck | None:
-    """The verification a worker pod opted into (labels.SIM_VERIFY_ARTIFACT), or None."""
+    """The verification the worker image's entrypoint would run for this pod, or None.
+
+    Every worker pod that declares an artifact is verified, as the worker image verifies every
+    one: no opt-in, so a simulated engine never serves unverified files. A pod that declares
+    none (a hand-made worker pod) gets None, unless it carries the old opt-in annotation
+    (labels.SIM_VERIFY_ARTIFACT), which then refuses it for want of an artifact.
+    """
     meta = pod.get("metadata", {})
-    if (meta.get("annotations") or {}).get(labels.SIM_VERIFY_ARTIFACT) != "true":
-        return None
     container = _engine_container(pod)
     env = {e["name"]: e.get("value", "") for e in container.get("env", []) if "name" in e}
+    opted_in = (meta.get("annotations") or {}).get(labels.SIM_VERIFY_ARTIFACT) == "true"
+    if not is_worker(pod) or not (opted_in or any(name in env for name in ARTIFACT_ENV)):
+        return None
     key_path = env.get("TOKENFLEET_TRUST_PUBLIC_KEY", "")
     secret, secret_key = _mounted_secret(pod, container, key_path) if key_path else ("", "")
     return ArtifactCheck(

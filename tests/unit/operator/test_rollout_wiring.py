@@ -386,3 +386,46 @@ def test_spread_is_even_and_deterministic() -> None:
         "zone-c": 1,
     }
     assert pools.spread(1, []) == {}
+
+
+@pytest.mark.parametrize(
+    ("worker_pods", "status", "reason", "words"),
+    [
+        pytest.param([], "False", "Verifying", "waiting for", id="no-worker-yet"),
+        pytest.param(
+            [worker(STABLE, ready=True, seen=None)],
+            "False",
+            "NotVerified",
+            "1 workers of revision",
+            id="ready-without-a-verdict-is-not-verified",
+        ),
+        pytest.param(
+            [worker(STABLE, ready=False, seen=Reason.DIGEST_MISMATCH)],
+            "False",
+            "DigestMismatch",
+            "refused (DigestMismatch)",
+            id="refused",
+        ),
+        pytest.param(
+            [worker(STABLE, ready=True, seen=Reason.VERIFIED)],
+            "True",
+            "Verified",
+            f"signed by {SIGNER}",
+            id="verdict-names-the-signer",
+        ),
+    ],
+)
+def test_verified_condition_claims_only_an_observed_verdict(
+    worker_pods: list[observed.WorkerPod], status: str, reason: str, words: str
+) -> None:
+    got = run({}, model=spec(STABLE_DIGEST), worker_pods=worker_pods).condition("Verified")
+    assert (got["status"], got["reason"]) == (status, reason), got
+    assert words in got["message"], got
+    assert STABLE in got["message"]
+
+
+def test_a_ready_worker_without_a_verdict_leaves_the_revision_unverified() -> None:
+    got = run({}, model=spec(STABLE_DIGEST), worker_pods=[worker(STABLE, seen=None)])
+    entry = got.status["revisions"][0]
+    assert entry["readyReplicas"] == 1
+    assert not entry.get("verified") and not entry.get("reason") and not entry.get("signer")

@@ -119,8 +119,12 @@ def verification(pods: Sequence[observed.WorkerPod], revision: str) -> rollout.O
     """What the revision's pods say about its artifact; None while none has said anything.
 
     One refusal is enough to block (the files are the same for every pod; the most frequent
-    reason is reported). A pod that is Ready, or that reported Verified, proves verification:
-    the worker image only starts vLLM after it.
+    reason is reported). A pod that reported Verified passes the gate; so does a Ready pod
+    without a verdict, because the worker image execs vLLM only after a pass and prints that
+    verdict to its log alone (a real kubelet shows no message of a running container). The
+    Verified *condition* does not take readiness for a verdict (model_status), and the local
+    platform's node agent leaves a verdict on every pod that declares an artifact before it
+    starts an engine, so there a Ready pod always carries one.
     """
     own = [p for p in pods if p.revision == revision and not p.terminating]
     verdicts = [v for v in (verdict.parse(p.verdict) for p in own if p.verdict) if v]

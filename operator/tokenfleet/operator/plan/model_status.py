@@ -109,17 +109,16 @@ def _event(decision: rollout.Decision) -> Event:
 def _revision_entry(
     inputs: ModelInputs, name: str, weights: Mapping[str, int], old: Sequence[Revision]
 ) -> Revision:
-    """One revision's line in status: what its pods said, else what was known before. A Ready
-    worker that left no verdict has verified too: the worker image serves only after it."""
+    """One revision's line in status: what its pods' verdicts said, else what was known before.
+    Readiness proves nothing here: only a verdict (termination message or the node agent's
+    annotation) says that a verification ran, and which signer it found."""
     before = next((r for r in old if r.name == name), Revision(name=name, digest=""))
     ready = _ready(inputs.pods, name)
     seen = canary.verdict_of(inputs.pods, name)
     if seen is not None:
         verified, reason, signer = seen.verified, str(seen.reason), seen.signer
     else:
-        verified = before.verified or ready > 0
-        reason = before.reason or ("Verified" if verified else "")
-        signer = before.signer
+        verified, reason, signer = before.verified, before.reason, before.signer
     current = name == desired.revision_of(inputs.spec)
     return Revision(
         name=name,
@@ -138,6 +137,9 @@ def _ready(pods: Sequence[observed.WorkerPod], revision: str) -> int:
 
 Verdict = tuple[bool, str, str]  # condition status, reason, message
 
+#: Verified=False while workers serve but none left a verdict the operator can read.
+NOT_VERIFIED = "NotVerified"
+
 
 def _verified(inputs: ModelInputs, state: rollout.State, entries: Sequence[Revision]) -> Verdict:
     """Verified is about the spec's revision: the verifier's reason when it was refused."""
@@ -151,9 +153,21 @@ def _verified(inputs: ModelInputs, state: rollout.State, entries: Sequence[Revis
         )
     entry = next((e for e in entries if e.name == revision), None)
     if entry and entry.verified:
-        signer = entry.signer or "the trusted signer"
+        signer = entry.signer or "an unnamed signer"
         return (True, "Verified", f"revision {revision} verified, signed by {signer}")
+    if entry and entry.reason:  # a refusal outside a rollout: the stable's pods restarted
+        return (False, entry.reason, f"revision {revision} refused ({entry.reason})")
+    if entry and entry.ready_replicas:
+        return (False, NOT_VERIFIED, _not_verified_message(revision, entry.ready_replicas))
     return (False, "Verifying", f"waiting for revision {revision}'s workers to verify it")
+
+
+def _not_verified_message(revision: str, ready: int) -> str:
+    return (
+        f"{ready} workers of revision {revision} are Ready, but none reported a verification "
+        "verdict (a tokenfleet.io/verdict annotation or a termination message); the worker "
+        "image's verdict on a pass is only in the container log, so it is not claimed here"
+    )
 
 
 def _rollout_conditions(state: rollout.State, message: str) -> list[tuple[str, Verdict]]:
