@@ -392,12 +392,19 @@ def test_spread_is_even_and_deterministic() -> None:
     ("worker_pods", "status", "reason", "words"),
     [
         pytest.param([], "False", "Verifying", "waiting for", id="no-worker-yet"),
-        pytest.param(
+        pytest.param(  # a kubelet: the worker image verified before it started the engine
             [worker(STABLE, ready=True, seen=None)],
+            "True",
+            "Verified",
+            "1 workers Ready, and a worker starts its engine only after",
+            id="ready-without-a-verdict-verified-before-serving",
+        ),
+        pytest.param(
+            [worker(STABLE, ready=False, seen=None)],
             "False",
-            "NotVerified",
-            "1 workers of revision",
-            id="ready-without-a-verdict-is-not-verified",
+            "Verifying",
+            "waiting for",
+            id="starting-without-a-verdict-is-verifying",
         ),
         pytest.param(
             [worker(STABLE, ready=False, seen=Reason.DIGEST_MISMATCH)],
@@ -415,7 +422,7 @@ def test_spread_is_even_and_deterministic() -> None:
         ),
     ],
 )
-def test_verified_condition_claims_only_an_observed_verdict(
+def test_verified_condition_from_a_verdict_or_a_ready_worker(
     worker_pods: list[observed.WorkerPod], status: str, reason: str, words: str
 ) -> None:
     got = run({}, model=spec(STABLE_DIGEST), worker_pods=worker_pods).condition("Verified")
@@ -424,8 +431,9 @@ def test_verified_condition_claims_only_an_observed_verdict(
     assert STABLE in got["message"]
 
 
-def test_a_ready_worker_without_a_verdict_leaves_the_revision_unverified() -> None:
+def test_a_ready_worker_without_a_verdict_verified_but_names_no_signer() -> None:
     got = run({}, model=spec(STABLE_DIGEST), worker_pods=[worker(STABLE, seen=None)])
     entry = got.status["revisions"][0]
     assert entry["readyReplicas"] == 1
-    assert not entry.get("verified") and not entry.get("reason") and not entry.get("signer")
+    assert entry.get("verified") and entry.get("reason") == "Verified"
+    assert not entry.get("signer")  # nothing observed names one

@@ -109,14 +109,18 @@ def _event(decision: rollout.Decision) -> Event:
 def _revision_entry(
     inputs: ModelInputs, name: str, weights: Mapping[str, int], old: Sequence[Revision]
 ) -> Revision:
-    """One revision's line in status: what its pods' verdicts said, else what was known before.
-    Readiness proves nothing here: only a verdict (termination message or the node agent's
-    annotation) says that a verification ran, and which signer it found."""
+    """One revision's line in status: what its pods' verdicts said (a termination message, the
+    local node agent's annotation: they name the signer), else a Ready worker's evidence, else
+    what was known before. A Ready worker has verified: every worker verifies before its engine
+    starts — the worker image's entrypoint on a kubelet, the node agent on the local platform —
+    and on a kubelet a pass leaves no record the operator can read (it is in the log only)."""
     before = next((r for r in old if r.name == name), Revision(name=name, digest=""))
     ready = _ready(inputs.pods, name)
     seen = canary.verdict_of(inputs.pods, name)
     if seen is not None:
         verified, reason, signer = seen.verified, str(seen.reason), seen.signer
+    elif ready:
+        verified, reason, signer = True, "Verified", before.signer
     else:
         verified, reason, signer = before.verified, before.reason, before.signer
     current = name == desired.revision_of(inputs.spec)
@@ -137,10 +141,6 @@ def _ready(pods: Sequence[observed.WorkerPod], revision: str) -> int:
 
 Verdict = tuple[bool, str, str]  # condition status, reason, message
 
-#: Verified=False while workers serve but none left a verdict the operator can read.
-NOT_VERIFIED = "NotVerified"
-
-
 def _verified(inputs: ModelInputs, state: rollout.State, entries: Sequence[Revision]) -> Verdict:
     """Verified is about the spec's revision: the verifier's reason when it was refused."""
     revision = desired.revision_of(inputs.spec)
@@ -152,21 +152,20 @@ def _verified(inputs: ModelInputs, state: rollout.State, entries: Sequence[Revis
             f"revision {revision} refused ({state.reason}); stable {stable} keeps all traffic",
         )
     entry = next((e for e in entries if e.name == revision), None)
+    if entry and entry.verified and entry.signer:
+        return (True, "Verified", f"revision {revision} verified, signed by {entry.signer}")
     if entry and entry.verified:
-        signer = entry.signer or "an unnamed signer"
-        return (True, "Verified", f"revision {revision} verified, signed by {signer}")
+        return (True, "Verified", _verified_before_serving(revision, entry.ready_replicas))
     if entry and entry.reason:  # a refusal outside a rollout: the stable's pods restarted
         return (False, entry.reason, f"revision {revision} refused ({entry.reason})")
-    if entry and entry.ready_replicas:
-        return (False, NOT_VERIFIED, _not_verified_message(revision, entry.ready_replicas))
     return (False, "Verifying", f"waiting for revision {revision}'s workers to verify it")
 
 
-def _not_verified_message(revision: str, ready: int) -> str:
+def _verified_before_serving(revision: str, ready: int) -> str:
     return (
-        f"{ready} workers of revision {revision} are Ready, but none reported a verification "
-        "verdict (a tokenfleet.io/verdict annotation or a termination message); the worker "
-        "image's verdict on a pass is only in the container log, so it is not claimed here"
+        f"revision {revision} verified against the trusted key: {ready} workers Ready, and a "
+        "worker starts its engine only after the artifact's digest and signature pass (this "
+        "platform records no verdict, so the signer is not named)"
     )
 
 
