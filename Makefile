@@ -115,7 +115,9 @@ $(PEERS)/.installed:
 	@echo "installing benchmark peers (LiteLLM proxy, vllm-router) in $(PEERS)/ ..."
 	@test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
 	@$(PEERS)/bin/pip install -q --upgrade pip
-	@$(PEERS)/bin/pip install -q 'litellm[proxy]==1.110.2' 'vllm-router==0.1.17' 'py-spy==0.4.3'
+	@# litellm 1.107 and later move the proxy into litellm-proxy(-extras) releases that our
+	@# package registry does not carry: 1.106.12 is the newest whose proxy extra installs.
+	@$(PEERS)/bin/pip install -q 'litellm[proxy]==1.106.12' 'vllm-router==0.1.17' 'py-spy==0.4.3'
 	@touch $@
 
 bench: $(VENV)/.installed binaries native $(PEERS)/.installed
