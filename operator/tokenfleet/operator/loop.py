@@ -230,9 +230,12 @@ class Reconciler:
                 model_status=_status_of(ModelDeploymentStatus, model_body),
             )
         )
+        # Costs first: an applied Deployment may already carry fewer replicas, and once its
+        # watch event lands the index no longer shows a shrink (a fresh-clone run saw a 6 → 3
+        # scale-in leave every pod without a cost).
+        await self._cost_before_scale_in(ns, name, _replicas_of(decided.apply, decided.scale))
         for manifest in decided.apply:
             await asyncio.to_thread(self.kube.apply, manifest)
-        await self._cost_before_scale_in(ns, name, _replicas_of(decided.apply, decided.scale))
         for deployment, replicas in sorted(decided.scale.items()):
             await asyncio.to_thread(self.kube.scale, ns, deployment, replicas)
         for stale in decided.delete:
