@@ -125,6 +125,20 @@ def test_totals_sum_the_pools() -> None:
     }
 
 
+def usage(
+    body: dict[str, Any], by_pool: dict[str, Any] | None = None
+) -> tuple[UsageStatus | None, int | None]:
+    """``usage_of`` over ``by_pool`` (default every pool of BY_POOL) at NOW's period."""
+    pools = BY_POOL if by_pool is None else by_pool
+    return tenant_status.usage_of(
+        body=body,
+        counters=tenant_status.totals(pools),
+        period=tenant_status.period_of(body, NOW),
+        by_pool=pools,
+        rates=RATES,
+    )
+
+
 @pytest.mark.parametrize(
     ("budget", "used"),
     [
@@ -137,39 +151,19 @@ def test_totals_sum_the_pools() -> None:
 def test_a_hand_computed_cost_and_a_currency_budgets_used_units(
     budget: dict[str, Any] | None, used: int | None
 ) -> None:
-    body = tenant(budget)
-    use, got = tenant_status.usage_of(
-        body=body,
-        counters=tenant_status.totals(BY_POOL),
-        period=tenant_status.period_of(body, NOW),
-        by_pool=BY_POOL,
-        rates=RATES,
-    )
+    use, got = usage(tenant(budget))
     assert use is not None and use.cost == "0.00001 EUR, 2.95 USD"
     assert got == used
 
 
 def test_unpriced_usage_has_no_cost_and_charges_a_currency_budget_nothing() -> None:
-    body = tenant({"amount": 5})
-    use, got = tenant_status.usage_of(
-        body=body,
-        counters=BY_POOL["ns/free"],
-        period=tenant_status.period_of(body, NOW),
-        by_pool={"ns/free": BY_POOL["ns/free"]},
-        rates=RATES,
-    )
+    use, got = usage(tenant({"amount": 5}), {"ns/free": BY_POOL["ns/free"]})
     assert use is not None and (use.cost, got) == ("", 0)
 
 
 def test_a_spent_currency_budget_in_status() -> None:
     body = tenant({"amount": 2.5, "action": "Notify", "period": "Daily"})
-    use, used = tenant_status.usage_of(
-        body=body,
-        counters=tenant_status.totals(BY_POOL),
-        period=tenant_status.period_of(body, NOW),
-        by_pool=BY_POOL,
-        rates=RATES,
-    )
+    use, used = usage(body)
     status, events = tenant_status.plan_tenant(body=body, now=NOW, usage=use, budget_used=used)
     assert status.budget is not None
     assert (status.budget.limit, status.budget.spent, status.budget.remaining) == (
