@@ -110,6 +110,7 @@ class Reconciler:
         self.wake = asyncio.Event()
         self.indexes_ready = asyncio.Event()  # set by the first handler call: kopf has indexed
         self.seen_ready: dict[str, bool | None] = {}
+        self.seen_intent: dict[str, str] = {}  # uid → wakeups.intent of our objects
         self.analysed: dict[str, float] = {}  # namespace/name → unix seconds of last analysis
         self.gate = evidence.GateEvidence(kube=kube, signals=signals)
         self.passes = 0

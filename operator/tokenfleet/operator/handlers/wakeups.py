@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -16,13 +18,41 @@ def _ready(status: kopf.Status) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def intent(body: Mapping[str, Any]) -> str:
+    """What a pass must react to in one of our objects: its spec (the generation counts spec
+    changes), labels, annotations and deletion, not its status. The operator writes status
+    on every pass (a Tenant's usage changes with every request), so waking on status would
+    make its own writes prompt pass after pass while traffic flows."""
+    meta = body.get("metadata") or {}
+    return json.dumps(
+        [
+            meta.get("generation"),
+            meta.get("labels") or {},
+            meta.get("annotations") or {},
+            meta.get("deletionTimestamp"),
+        ],
+        sort_keys=True,
+    )
+
+
 @kopf.on.event(API_GROUP, API_VERSION, "inferencepools")
 @kopf.on.event(API_GROUP, API_VERSION, "modeldeployments")
 @kopf.on.event(API_GROUP, API_VERSION, "tenants")
-def on_tokenfleet_object(*, memo: Any, **_: Any) -> None:
+def on_tokenfleet_object(
+    *, memo: Any, uid: str, body: kopf.Body, type: str | None, **_: Any
+) -> None:
+    """Wake on a new, deleted or changed object; not on a status update (the timer covers
+    status others write)."""
     reconciler: Reconciler = memo.reconciler
     reconciler.indexes_ready.set()  # kopf calls handlers only once its indexes are filled
-    reconciler.wake.set()
+    if type == "DELETED":
+        reconciler.seen_intent.pop(uid, None)
+        reconciler.wake.set()
+        return
+    seen = intent(body)
+    if reconciler.seen_intent.get(uid) != seen:
+        reconciler.seen_intent[uid] = seen
+        reconciler.wake.set()
 
 
 @kopf.on.event("nodes")
