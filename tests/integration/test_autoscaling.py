@@ -161,6 +161,29 @@ def test_waiting_requests_scale_up_then_down_after_the_window(
     assert decisions[-1]["replicas"] == 3
 
 
+def test_a_pool_made_again_under_its_name_starts_from_its_minimum(
+    cluster: Cluster, ns: str, operator: Any
+) -> None:
+    """Scaling history belongs to the object, not its name: a pool deleted while its down
+    window held extra replicas, then applied again, must not inherit them (the simulator
+    accuracy study's second scenario, after its first, started at 12 instead of 6)."""
+    deploy(cluster, ns, down_window=300)
+    wait_for("3 ready", lambda: pool_status(cluster, ns).get("readyReplicas") == 3, timeout=60)
+    with concurrent.futures.ThreadPoolExecutor(1) as background:
+        running = background.submit(load, cluster, ns, 15)
+        wait_for("a scale-up", lambda: pool_status(cluster, ns).get("replicas", 0) > 3, timeout=20)
+        # deleted while the 300 s window holds the extra replicas (its streams are cut)
+        cluster.kubectl("delete", "tfmodel/auto-model", "tfpool/auto", "-n", ns, "--wait=true")
+        running.result(timeout=120)
+    deploy(cluster, ns, down_window=300)
+    wait_for("3 ready", lambda: pool_status(cluster, ns).get("readyReplicas", 0) >= 3, timeout=60)
+    seen = []
+    for _ in range(16):  # a few decisions (the local operator decides every second)
+        seen.append(pool_status(cluster, ns).get("replicas"))
+        time.sleep(0.5)
+    assert set(seen) == {3}, seen
+
+
 def test_prometheus_frozen_holds_replicas_and_says_so(
     cluster: Cluster, ns: str, operator: Any
 ) -> None:

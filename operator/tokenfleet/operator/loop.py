@@ -104,6 +104,8 @@ class Reconciler:
         self.kube = kube
         self.exporter = exporter  # None: fleet state is not exported (tests of the loop)
         self.signals = signals  # None: no Prometheus, so the bounds alone decide
+        # uid → state: a pool deleted and made again under its name starts afresh, not from
+        # the scaling history (or analysis time) of the one before it
         self.scaling: dict[str, scaling.State] = {}
         self.indexes = indexes
         self.config = config
@@ -111,7 +113,7 @@ class Reconciler:
         self.indexes_ready = asyncio.Event()  # set by the first handler call: kopf has indexed
         self.seen_ready: dict[str, bool | None] = {}
         self.seen_intent: dict[str, str] = {}  # uid → wakeups.intent of our objects
-        self.analysed: dict[str, float] = {}  # namespace/name → unix seconds of last analysis
+        self.analysed: dict[str, float] = {}  # uid → unix seconds of last analysis
         self.gate = evidence.GateEvidence(kube=kube, signals=signals)
         self.passes = 0
 
@@ -132,6 +134,14 @@ class Reconciler:
         for body in list(_bodies(self.indexes.models)):
             await self._guarded(body, self._report_model(body, owners, now))
         await self._report_tenants(now)
+        live = {
+            b["metadata"]["uid"]
+            for i in (self.indexes.pools, self.indexes.models)
+            for b in _bodies(i)
+        }
+        for held in (self.scaling, self.analysed):
+            for uid in held.keys() - live:  # deleted: forget it
+                del held[uid]
         if self.exporter is not None:
             self.exporter.retain(
                 (kind, b["metadata"]["namespace"], b["metadata"]["name"])
@@ -273,7 +283,7 @@ class Reconciler:
             return 0, None, None
         meta = body["metadata"]
         ns, name = meta["namespace"], meta["name"]
-        state = self.scaling.get(f"{ns}/{name}") or scaling.State(
+        state = self.scaling.get(meta["uid"]) or scaling.State(
             replicas=(old.demand if old else 0) or spec.replicas.min
         )
         classes = scaling.queue_age_classes(
@@ -295,7 +305,7 @@ class Reconciler:
             starting=starting,
             now=now,
         )
-        self.scaling[f"{ns}/{name}"] = decision.state
+        self.scaling[meta["uid"]] = decision.state
         block = autoscaling_status.autoscaling_status(decision, old=old, now=now)
         return decision.replicas, block, decision.why != scaling.Why.METRICS_UNAVAILABLE
 
@@ -341,7 +351,7 @@ class Reconciler:
         """Canary against stable from Prometheus, once per analysis interval while a canary
         takes traffic; None when not due, or when Prometheus did not answer (no verdict)."""
         meta = body["metadata"]
-        ns, key = meta["namespace"], f"{meta['namespace']}/{meta['name']}"
+        ns, key = meta["namespace"], meta["uid"]
         current = _status_of(ModelDeploymentStatus, body)
         state = canary.state_of(current)
         live = state.phase in (rollout.Phase.PROGRESSING, rollout.Phase.PAUSED)
