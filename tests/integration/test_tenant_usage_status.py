@@ -7,17 +7,19 @@ spec.cost; lastUsed from the gateway's last-served gauge; and the printer column
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import http.client
 import json
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from support.cluster import Cluster, scraped, wait_for
-from support.gateway import key_hash, running, start_gateway, start_sim
+from support.gateway import Gateway, key_hash, running, start_gateway, start_sim
 from support.objects import manifest
 from support.operator import SA, SA_NAMESPACE
 from tokenfleet.api import cost
@@ -53,41 +55,52 @@ def status(cluster: Cluster, ns: str) -> dict[str, Any]:
     return cluster.get("tftenant", "team", "-n", ns).get("status") or {}
 
 
-def test_usage_and_budget_state_reach_tenant_status(
-    cluster: Cluster, ns: str, operator: Any, tmp_path: Path
-) -> None:
-    budget = {"period": "Daily", "tokens": BUDGET_TOKENS, "action": "Notify"}
+@contextlib.contextmanager
+def serving_team(
+    cluster: Cluster, ns: str, tmp_path: Path, budget: dict[str, Any], pool: str = ""
+) -> Iterator[Gateway]:
+    """Tenant ``team`` (with ``budget``) served model ``m`` by a gateway that the stack's
+    Prometheus scrapes; ``pool`` names the (priced) pool the model's engine belongs to."""
     spec = {"apiKeySecretRef": {"name": "team-keys"}, "allowedModels": ["*"], "budget": budget}
     cluster.apply(manifest("Tenant", "team", ns, spec))
     sim = start_sim(tmp_path, "m", "--max-num-seqs", "4")
-    config = {
-        "models": [{"name": "m", "endpoints": [sim.url]}],
+    model: dict[str, Any] = {"name": "m", "endpoints": [sim.url]}
+    config: dict[str, Any] = {
+        "models": [{**model, "pool": f"{ns}/{pool}"} if pool else model],
         # the key the operator reads the counters by: namespace/name, as the catalog names it
         "tenants": [
             {"name": f"{ns}/team", "apiKeyHashes": [key_hash(KEY)], "allowedModels": ["*"]}
         ],
     }
+    if pool:
+        config["pools"] = [{"name": f"{ns}/{pool}", "cost": PRICES}]
     try:
         with (
             running(start_gateway(tmp_path, config)) as g,
             scraped(cluster, job="tokenfleet-gateway", port=g.port),
         ):
-            for _ in range(REQUESTS):
-                call(g.port)
-
-            def reported() -> bool:
-                usage = status(cluster, ns).get("usage") or {}
-                return REQUESTS <= usage.get("requests", 0) <= REQUESTS + 1
-
-            try:
-                wait_for("the period's usage in Tenant.status", reported, timeout=90)
-            except AssertionError as exc:
-                seen = prometheus(cluster, "tokenfleet_usage_requests_total")
-                raise AssertionError(
-                    f"{exc}; status {status(cluster, ns)}; scraped {seen}"
-                ) from exc
+            yield g
     finally:
         sim.kill()
+
+
+def test_usage_and_budget_state_reach_tenant_status(
+    cluster: Cluster, ns: str, operator: Any, tmp_path: Path
+) -> None:
+    budget = {"period": "Daily", "tokens": BUDGET_TOKENS, "action": "Notify"}
+    with serving_team(cluster, ns, tmp_path, budget) as g:
+        for _ in range(REQUESTS):
+            call(g.port)
+
+        def reported() -> bool:
+            usage = status(cluster, ns).get("usage") or {}
+            return REQUESTS <= usage.get("requests", 0) <= REQUESTS + 1
+
+        try:
+            wait_for("the period's usage in Tenant.status", reported, timeout=90)
+        except AssertionError as exc:
+            seen = prometheus(cluster, "tokenfleet_usage_requests_total")
+            raise AssertionError(f"{exc}; status {status(cluster, ns)}; scraped {seen}") from exc
     got = status(cluster, ns)
     usage = got["usage"]
     assert usage["periodStart"].endswith("T00:00:00Z")
@@ -128,46 +141,30 @@ def test_cost_currency_budget_and_last_use_reach_tenant_status(
     pool = {"replicas": {"min": 0, "max": 1}, "warm": {"perZone": 0}, "cost": PRICES}
     cluster.apply(manifest("InferencePool", "priced", ns, pool))
     budget = {"period": "Daily", "amount": 0.5, "action": "Notify"}
-    spec = {"apiKeySecretRef": {"name": "team-keys"}, "allowedModels": ["*"], "budget": budget}
-    cluster.apply(manifest("Tenant", "team", ns, spec))
-    sim = start_sim(tmp_path, "m", "--max-num-seqs", "4")
-    config = {
-        "models": [{"name": "m", "endpoints": [sim.url], "pool": f"{ns}/priced"}],
-        "pools": [{"name": f"{ns}/priced", "cost": PRICES}],
-        "tenants": [
-            {"name": f"{ns}/team", "apiKeyHashes": [key_hash(KEY)], "allowedModels": ["*"]}
-        ],
-    }
-    try:
-        with (
-            running(start_gateway(tmp_path, config)) as g,
-            scraped(cluster, job="tokenfleet-gateway", port=g.port),
-        ):
-            started = time.time()
-            for _ in range(REQUESTS - 1):
-                call(g.port)
-            before_last = time.time()
+    with serving_team(cluster, ns, tmp_path, budget, pool="priced") as g:
+        started = time.time()
+        for _ in range(REQUESTS - 1):
             call(g.port)
-            finished = time.time()
+        before_last = time.time()
+        call(g.port)
+        finished = time.time()
 
-            def reported() -> bool:
-                got = status(cluster, ns)
-                usage, last = got.get("usage") or {}, got.get("lastUsed")
-                return (
-                    REQUESTS <= usage.get("requests", 0) <= REQUESTS + 1
-                    and bool(usage.get("cost"))
-                    and last is not None
-                    and _epoch(last) >= int(before_last)
-                )
+        def reported() -> bool:
+            got = status(cluster, ns)
+            usage, last = got.get("usage") or {}, got.get("lastUsed")
+            return (
+                REQUESTS <= usage.get("requests", 0) <= REQUESTS + 1
+                and bool(usage.get("cost"))
+                and last is not None
+                and _epoch(last) >= int(before_last)
+            )
 
-            try:
-                wait_for("the period's cost and last use in Tenant.status", reported, timeout=90)
-            except AssertionError as exc:
-                seen = prometheus(cluster, "tokenfleet_usage_last_served_timestamp_seconds")
-                raise AssertionError(f"{exc}; status {status(cluster, ns)}; {seen}") from exc
-            columns = cluster.kubectl("get", "tftenant", "team", "-n", ns, "-o", "wide").stdout
-    finally:
-        sim.kill()
+        try:
+            wait_for("the period's cost and last use in Tenant.status", reported, timeout=90)
+        except AssertionError as exc:
+            seen = prometheus(cluster, "tokenfleet_usage_last_served_timestamp_seconds")
+            raise AssertionError(f"{exc}; status {status(cluster, ns)}; {seen}") from exc
+        columns = cluster.kubectl("get", "tftenant", "team", "-n", ns, "-o", "wide").stdout
     got = status(cluster, ns)
     usage, spent = got["usage"], got["budget"]
     assert REQUESTS * 20 <= usage["completionTokens"] <= (REQUESTS + 1) * 20, usage
