@@ -126,6 +126,7 @@ bench: $(VENV)/.installed binaries native $(PEERS)/.installed
 	$(PY) bench/routing.py
 	$(PY) bench/autoscaling.py
 	$(PY) bench/simulator.py
+	$(PY) bench/sim_accuracy.py
 
 crds: $(VENV)/.installed
 	$(PY) -m tokenfleet.api.crd --write crds

@@ -12,6 +12,7 @@ each request's output, so the charge needs no settling). Scaling sets replicas p
 
 from __future__ import annotations
 
+import collections
 import itertools
 import random
 
@@ -27,6 +28,9 @@ from tokenfleet.sim.scenario import Performance
 from tokenfleet.sim.stats import Recorder
 
 CHARS_PER_TOKEN = 4  # to turn a shared prefix's tokens into the prompt text routing hashes
+#: The operator reads rates and the p95 queue wait over Prometheus' last minute
+#: (``tokenfleet.signals.queries``, window "1m"): the scaler's view averages as long.
+SIGNAL_WINDOW_SECONDS = 60.0
 #: The simulated gateway models no outlier ejection: no replica fails on its own.
 NONE_EJECTED: frozenset[str] = frozenset()
 
@@ -79,6 +83,10 @@ class Pool:
         self.arrivals = 0
         self.served = 0
         self.generated_tokens = 0
+        # the last minute of looks: (time, arrivals, served, prompt, generated, waits)
+        self.window: collections.deque[tuple[float, int, int, int, int, list[float]]] = (
+            collections.deque()
+        )
         self.load = self._load()
 
     # ---- gateway view ----------------------------------------------------------------------
@@ -345,10 +353,18 @@ class Pool:
         return [placement.Zone(name=z, healthy=z not in self.known_lost) for z in self.zones]
 
     def view(self, now: float, interval: float) -> PoolView:
-        """What Prometheus would show the scaler about this pool, then reset the windows."""
+        """What Prometheus would show the scaler about this pool: instant values now, rates and
+        the p95 queue wait over the signal window (as the operator's queries ask)."""
         delay = self.spec.autoscaling.readiness_delay_seconds
         ready = self.ready
-        waits = sorted(self.waits)
+        window = self.window
+        window.append(
+            (now, self.arrivals, self.served, self.prompt_tokens, self.generated_tokens, self.waits)
+        )
+        while window and window[0][0] <= now - SIGNAL_WINDOW_SECONDS + 1e-6:  # ticks add floats
+            window.popleft()
+        span = min(SIGNAL_WINDOW_SECONDS, max(now, interval))
+        waits = sorted(w for entry in window for w in entry[5])
         view = PoolView(
             t=now,
             spec=self.spec,
@@ -367,13 +383,13 @@ class Pool:
             engine_waiting=sum(len(r.waiting) for r in ready),
             kv_cache_usage=sum(r.kv_usage() for r in ready) / len(ready) if ready else None,
             busy=sum(min(1.0, r.busy_window / interval) for r in ready),
-            prompt_tokens_rate=self.prompt_tokens / interval,
-            generation_tokens_rate=self.generated_tokens / interval,
-            arrival_rate=self.arrivals / interval,
-            completion_rate=self.served / interval,
+            prompt_tokens_rate=sum(e[3] for e in window) / span,
+            generation_tokens_rate=sum(e[4] for e in window) / span,
+            arrival_rate=sum(e[1] for e in window) / span,
+            completion_rate=sum(e[2] for e in window) / span,
         )
         self.arrivals = self.served = 0
-        self.waits.clear()
+        self.waits = []
         self.prompt_tokens = self.generated_tokens = 0
         for r in self.replicas:
             r.busy_window = 0.0

@@ -105,9 +105,11 @@ class Replica:
         "kv_used",
         "perf",
         "prefill",
+        "prefilling",
         "prefixes",
         "ready_at",
         "running",
+        "separate",
         "seq",
         "steps",
         "url",
@@ -129,6 +131,9 @@ class Replica:
         self.decoding: list[tuple[float, int, Request]] = []  # heap of (finish step, seq, req)
         self.seq = 0
         self.prefill: collections.deque[Request] = collections.deque()
+        # prefill_mode "separate": (first token time, seq, request), each prompt on its own
+        self.prefilling: list[tuple[float, int, Request]] = []
+        self.separate = perf.prefill_mode == "separate"
         self.waiting: collections.deque[Request] = collections.deque()  # not admitted: no room
         self.kv_used = 0
         self.prefixes: collections.OrderedDict[int, None] = collections.OrderedDict()
@@ -144,14 +149,14 @@ class Replica:
         req.replica = self
         self.in_flight += 1
         self.waiting.append(req)
-        self._admit()
+        self._admit(now)
 
-    def _admit(self) -> None:
+    def _admit(self, now: float) -> None:
         perf = self.perf
         while self.waiting:
             req = self.waiting[0]
             context = req.input + req.output
-            if self.running + len(self.prefill) >= perf.max_num_seqs:
+            if self.running + len(self.prefill) + len(self.prefilling) >= perf.max_num_seqs:
                 return
             if self.kv_used + context > perf.kv_cache_tokens and self.running + len(self.prefill):
                 return  # no KV room: it waits (vllm:num_requests_waiting)
@@ -165,7 +170,12 @@ class Replica:
                 if len(self.prefixes) > perf.prefix_cache_entries:
                     self.prefixes.popitem(last=False)
             req.prefill_left = float(max(1, req.input - (req.prefix_tokens if hit else 0)))
-            self.prefill.append(req)
+            if self.separate:
+                self.seq += 1
+                done = now + req.prefill_left * perf.prefill_per_token_seconds
+                heapq.heappush(self.prefilling, (done, self.seq, req))
+            else:
+                self.prefill.append(req)
 
     def advance(  # noqa: PLR0912, PLR0915 - the hot loop, kept whole: calls cost here
         self, until: float, first_token: Finish, finish: Finish
@@ -174,6 +184,9 @@ class Replica:
 
         The hot loop of the simulator: locals instead of attributes, one event per iteration.
         """
+        if self.separate:
+            self._advance_separate(until, first_token, finish)
+            return
         t = self.clock
         self.clock = until
         if until <= t or not self.in_flight:
@@ -230,23 +243,80 @@ class Replica:
                 self._release(req)
                 finish(req, now)
             else:
-                req = prefill.popleft()
-                first_token(req, now)
-                if req.output <= 1:
-                    self.running, self.steps = running, steps
-                    self._release(req)
-                    finish(req, now)
-                else:
-                    running += 1
-                    self.seq += 1
-                    heapq.heappush(decoding, (steps + req.output - 1, self.seq, req))
+                running = self._prefilled(
+                    prefill.popleft(), now, running, steps, first_token=first_token, finish=finish
+                )
             if self.waiting:
                 self.running, self.steps = running, steps
-                self._admit()
+                self._admit(now)
         self.running, self.steps = running, steps
         self.busy_window += busy
         self.busy_prefill += busy_prefill
         self.busy_decode += busy - busy_prefill
+
+    def _advance_separate(self, until: float, first_token: Finish, finish: Finish) -> None:
+        """``advance`` for prefill beside decoding: a prompt's first token comes at its own
+        time (admission plus its prefill), and a decode step takes base + per-sequence time
+        whatever is prefilling."""
+        now = self.clock
+        self.clock = until
+        if until <= now or not self.in_flight:
+            return
+        perf = self.perf
+        base, per_seq = perf.step_base_seconds, perf.step_per_sequence_seconds
+        decoding, prefilling = self.decoding, self.prefilling
+        running, steps = self.running, self.steps
+        busy = 0.0
+        while running or prefilling:
+            step = base + per_seq * running
+            prefill_at = prefilling[0][0] if prefilling else INF
+            decode_at = now + max(decoding[0][0] - steps, 0.0) * step if running else INF
+            at = min(prefill_at, decode_at, until)
+            if running:
+                steps += (at - now) / step
+            busy += at - now
+            now = at
+            if at >= until and decode_at > until and prefill_at > until:
+                break
+            if decode_at <= prefill_at:
+                req = heapq.heappop(decoding)[2]
+                running -= 1
+                self.running, self.steps = running, steps
+                self._release(req)
+                finish(req, now)
+            else:
+                req = heapq.heappop(prefilling)[2]
+                running = self._prefilled(
+                    req, now, running, steps, first_token=first_token, finish=finish
+                )
+            if self.waiting:
+                self.running, self.steps = running, steps
+                self._admit(now)
+        self.running, self.steps = running, steps
+        self.busy_window += busy
+        self.busy_decode += busy
+
+    def _prefilled(
+        self,
+        req: Request,
+        now: float,
+        running: int,
+        steps: float,
+        *,
+        first_token: Finish,
+        finish: Finish,
+    ) -> int:
+        """``req`` finished prefilling at ``now``: its first token, then it decodes (or, with
+        one output token, is done). Returns the running sequences after it."""
+        first_token(req, now)
+        if req.output <= 1:
+            self.running, self.steps = running, steps
+            self._release(req)
+            finish(req, now)
+            return running
+        self.seq += 1
+        heapq.heappush(self.decoding, (steps + req.output - 1, self.seq, req))
+        return running + 1
 
     def _release(self, req: Request) -> None:
         self.kv_used -= req.input + req.output
@@ -255,8 +325,10 @@ class Replica:
     def evict_all(self) -> list[Request]:
         """The replica died: every request it held, for the gateway to retry or fail."""
         held = [r for _, _, r in self.decoding] + list(self.prefill) + list(self.waiting)
+        held += [r for _, _, r in self.prefilling]
         self.decoding.clear()
         self.prefill.clear()
+        self.prefilling.clear()
         self.waiting.clear()
         self.running = self.in_flight = self.kv_used = 0
         return held

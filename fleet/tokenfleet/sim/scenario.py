@@ -109,6 +109,12 @@ class Performance(Model):
     prefill_per_token_seconds: float = Field(
         default=0.000005, ge=0, description="Added per prompt token prefilled in the step."
     )
+    prefill_mode: Literal["chunked", "separate"] = Field(
+        default="chunked",
+        description="chunked: a prompt prefills in the engine's steps and slows every running "
+        "sequence meanwhile (vLLM's chunked prefill); separate: each prompt prefills in its own "
+        "time beside decoding (llm-d-inference-sim, or prefill on other GPUs).",
+    )
     max_num_seqs: int = Field(default=512, ge=1, description="Running sequences at most.")
     max_num_batched_tokens: int = Field(
         default=8192, ge=1, description="Tokens per step: decodes plus a prefill chunk."
@@ -123,6 +129,13 @@ class Performance(Model):
         default=120.0, ge=0, description="From scheduling a replica to Ready (weights, warm-up)."
     )
     gpus: int = Field(default=1, ge=1, description="GPUs per replica, for GPU-hours and cost.")
+    request_overhead_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="Added to every request's time to first token: the way from the client "
+        "through the gateway to the engine and back (HTTP, authentication, routing, "
+        "tokenization), which takes no engine time. bench/sim_accuracy.py measures it.",
+    )
 
 
 class PoolScenario(Model):

@@ -32,6 +32,7 @@ class Recorder:
             (scenario.slo_of(s.cls).ttft_seconds, scenario.slo_of(s.cls).inter_token_seconds)
             for s in scenario.streams
         ]
+        self.overhead = scenario.performance.request_overhead_seconds
         self.reasons: dict[str, int] = {"": 0}
         # one row per ended request, interleaved (two appends per request, not nine)
         self.ints: array.array[int] = array.array("q")  # INT_COLUMNS
@@ -59,7 +60,7 @@ class Recorder:
         outcome = OUTCOME_CODES[req.outcome]
         if outcome == 0:
             assert req.first_token is not None and req.finished is not None
-            ttft = req.first_token - req.arrival
+            ttft = req.first_token - req.arrival + self.overhead
             itl = (req.finished - req.first_token) / (req.output - 1) if req.output > 1 else 0.0
             slo_ttft, slo_itl = self.slo[req.stream]
             met = 1 if ttft <= slo_ttft and itl <= slo_itl else 0
