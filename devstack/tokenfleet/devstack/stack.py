@@ -226,8 +226,6 @@ class Stack:
         for component in components:
             if component.name != "kwok":
                 await self._start(component, token, session)
-        # the API server has written its serving certificate by now: verify it from here on
-        self._write_kubeconfig(token)
         api = KubeApi.from_kubeconfig(self.files.kubeconfig, session)
         await self._create_nodes(api)
         ours = {n["metadata"]["name"] for n in nodes.manifests(self.options.shape)}
@@ -257,20 +255,10 @@ class Stack:
             groups=("system:masters",),
             out=pki.CertPair(cert=cert, key=key),
         )
-        self._write_kubeconfig(token)
+        self.files.kubeconfig.write_text(pki.kubeconfig(server=self.server, token=token))
+        self.files.kubeconfig.chmod(0o600)
         self.files.kwok_config.write_text(STAGES)
         return token
-
-    @property
-    def api_ca(self) -> Path:
-        """The API server's self-signed serving certificate (it writes it on first start)."""
-        return self.files.pki / "apiserver.crt"
-
-    def _write_kubeconfig(self, token: str) -> None:
-        self.files.kubeconfig.write_text(
-            pki.kubeconfig(server=self.server, token=token, ca=self.api_ca)
-        )
-        self.files.kubeconfig.chmod(0o600)
 
     async def _start(
         self, component: controlplane.Component, token: str, session: aiohttp.ClientSession
@@ -328,7 +316,9 @@ class Stack:
         ca = pki.CertPair(cert=self.files.ca_cert, key=self.files.pki / "ca.key")
         try:
             # The API server's self-signed serving bundle: the kubelet verifies the server.
-            await self.real_node.start(api=api, server=self.server, ca=ca, api_ca=self.api_ca)
+            await self.real_node.start(
+                api=api, server=self.server, ca=ca, api_ca=self.files.pki / "apiserver.crt"
+            )
         except RealNodeError as exc:
             raise StackError(str(exc)) from None
 
@@ -395,9 +385,7 @@ class Stack:
         ).strip()
         config = self.options.state_dir / "operator.kubeconfig"
         config.write_text(
-            pki.kubeconfig(
-                server=self.server, token=token, user="tokenfleet-operator", ca=self.api_ca
-            )
+            pki.kubeconfig(server=self.server, token=token, user="tokenfleet-operator")
         )
         config.chmod(0o600)
         metrics_port = processes.free_port()
@@ -425,9 +413,7 @@ class Stack:
             "create", "token", account, "-n", "tokenfleet-system", "--duration=720h"
         ).strip()
         config = self.options.state_dir / f"{component}.kubeconfig"
-        config.write_text(
-            pki.kubeconfig(server=self.server, token=token, user=account, ca=self.api_ca)
-        )
+        config.write_text(pki.kubeconfig(server=self.server, token=token, user=account))
         config.chmod(0o600)
         return config
 
