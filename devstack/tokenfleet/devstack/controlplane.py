@@ -188,6 +188,21 @@ def kwok(bin_dir: Path, ports: Ports, files: Files) -> list[str]:
     ]
 
 
+#: How often a component that crashed in a known start-up race is started again.
+STARTUP_RACE_ATTEMPTS = 3
+
+
+def crashed_in_known_startup_race(name: str, output: str) -> bool:
+    """Whether a component's start-up output shows a crash that a fresh start avoids.
+
+    kwok v0.8.0 builds each Stage's CEL environment lazily from its node and pod workers at
+    once, and easycel v0.6.0 keeps its type caches in plain global maps: now and then the Go
+    runtime stops kwok with "concurrent map writes" within its first second. Nothing has been
+    simulated yet by then, so starting it again loses nothing. Any other exit stays fatal.
+    """
+    return name == "kwok" and "fatal error: concurrent map writes" in output and "easycel" in output
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Component:
     """One process of the stack and the URL that says it is healthy."""

@@ -58,6 +58,14 @@ class StackError(Exception):
     """The stack cannot start; the message says what to do."""
 
 
+@dataclasses.dataclass(slots=True)
+class _ExitedDuringStartup(Exception):
+    """A component stopped before it was healthy; ``output`` is what it wrote this time."""
+
+    child: processes.Child
+    output: str
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Options:
     """How to run a stack."""
@@ -266,12 +274,27 @@ class Stack:
         binary = Path(component.argv[0])
         if not binary.exists():
             raise StackError(f"{binary} is missing: run tools/build.sh (make up does) first")
-        child = processes.spawn(
-            component.name,
-            component.argv,
-            log=self.files.logs / f"{component.name}.log",
-            env=component.env,
-        )
+        for attempt in range(1, controlplane.STARTUP_RACE_ATTEMPTS + 1):
+            try:
+                await self._start_once(component, token, session)
+                return
+            except _ExitedDuringStartup as exc:
+                raced = controlplane.crashed_in_known_startup_race(component.name, exc.output)
+                if not raced or attempt == controlplane.STARTUP_RACE_ATTEMPTS:
+                    raise StackError(
+                        f"{component.name} exited during start-up:\n{exc.child.tail()}"
+                    ) from None
+                log.warning(
+                    "%s crashed in a known start-up race (see its log); starting it again",
+                    component.name,
+                )
+
+    async def _start_once(
+        self, component: controlplane.Component, token: str, session: aiohttp.ClientSession
+    ) -> None:
+        logfile = self.files.logs / f"{component.name}.log"
+        written_before = logfile.stat().st_size if logfile.exists() else 0
+        child = processes.spawn(component.name, component.argv, log=logfile, env=component.env)
         self._children.append(child)
         headers = {"Authorization": f"Bearer {token}"} if component.needs_token else {}
         no_verify = ssl.create_default_context()
@@ -280,7 +303,11 @@ class Stack:
         log.info("starting %s", component.name)
         while time.monotonic() < deadline:
             if not child.alive():
-                raise StackError(f"{component.name} exited during start-up:\n{child.tail()}")
+                self._children.remove(child)
+                with logfile.open("rb") as f:
+                    f.seek(written_before)
+                    output = f.read().decode(errors="replace")
+                raise _ExitedDuringStartup(child=child, output=output)
             with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
                 async with session.get(
                     component.health_url,
