@@ -28,6 +28,47 @@ SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # The package's loaders carry no annotations: typed here once.
 _load_kube_config: Any = kubernetes.config.load_kube_config
 _InClusterLoader: Any = kubernetes.config.incluster_config.InClusterConfigLoader
+_kube_config_module: Any = kubernetes.config.kube_config
+_memory_files: dict[bytes, str] = {}
+
+
+def _memory_file(content: str | bytes, temp_file_path: str | None = None, **_: Any) -> str:
+    """An anonymous in-memory file holding ``content``; its path is ``/proc/self/fd/N``.
+
+    One per distinct content, kept for the process's life (the package's own temp files live as
+    long), so a credential refreshed again and again does not leak descriptors.
+    """
+    data = content.encode() if isinstance(content, str) else content
+    if data not in _memory_files:
+        fd = os.memfd_create("kubeconfig-data")  # close-on-exec: no child inherits it
+        os.write(fd, data)
+        _memory_files[data] = f"/proc/self/fd/{fd}"
+    return _memory_files[data]
+
+
+def load_kube_config(
+    *,
+    config_file: str | None = None,
+    context: str | None = None,
+    client_configuration: kubernetes.client.Configuration | None = None,
+) -> None:
+    """The ``kubernetes`` package's kubeconfig loader, with embedded certificates and keys held
+    in memory.
+
+    The package writes ``certificate-authority-data``, ``client-certificate-data``,
+    ``client-key-data`` and an exec plugin's certificates to files under /tmp. The TokenFleet
+    image runs on a read-only root, often without a tmpfs, where that fails ("No usable
+    temporary directory"), and a private key has no business on a disk anyway. In-memory files
+    have paths every TLS library can open.
+    """
+    _kube_config_module._create_temp_file_with_content = _memory_file
+    _load_kube_config(
+        config_file=config_file, context=context, client_configuration=client_configuration
+    )
+
+
+class SettingsError(Exception):
+    """No usable connection settings; the message says what is wrong and what to do."""
 
 
 class ApiError(Exception):
@@ -47,6 +88,39 @@ def _ssl_context(config: kubernetes.client.Configuration) -> ssl.SSLContext:
     if config.cert_file:
         context.load_cert_chain(config.cert_file, config.key_file or None)
     return context
+
+
+def in_cluster_configuration(account: Path = SERVICE_ACCOUNT) -> kubernetes.client.Configuration:
+    """A pod's service account: KUBERNETES_SERVICE_HOST/PORT, its CA, and its token, which the
+    package re-reads once a minute (the kubelet rotates projected tokens long before they
+    expire)."""
+    config = kubernetes.client.Configuration()
+    loader = _InClusterLoader(
+        token_filename=str(account / "token"), cert_filename=str(account / "ca.crt")
+    )
+    loader.load_and_set(config)
+    return config
+
+
+def environment_configuration() -> kubernetes.client.Configuration:
+    """In a pod: its service account. Elsewhere: $KUBECONFIG (or ~/.kube/config).
+
+    Loaded before anything starts, so that missing or broken settings are one clear line
+    instead of a traceback from inside a server's start-up.
+    """
+    in_pod = os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT / "token").exists()
+    try:
+        if in_pod:
+            return in_cluster_configuration()
+        config = kubernetes.client.Configuration()
+        load_kube_config(client_configuration=config)
+    except (kubernetes.config.ConfigException, OSError, ValueError) as exc:
+        where = "the pod's service account" if in_pod else "$KUBECONFIG (or ~/.kube/config)"
+        raise SettingsError(
+            f"no usable Kubernetes connection settings in {where}: {exc}. Run in a pod with a "
+            "service account, or set KUBECONFIG to a kubeconfig that kubectl can use."
+        ) from None
+    return config
 
 
 class KubeApi:
@@ -92,7 +166,7 @@ class KubeApi:
     ) -> KubeApi:
         """A kubeconfig (``None``: $KUBECONFIG, which may list several, or ~/.kube/config)."""
         config = kubernetes.client.Configuration()
-        _load_kube_config(
+        load_kube_config(
             config_file=str(path) if path else None, context=context, client_configuration=config
         )
         return cls(configuration=config, session=session)
@@ -101,22 +175,13 @@ class KubeApi:
     def in_cluster(
         cls, session: aiohttp.ClientSession, *, account: Path = SERVICE_ACCOUNT
     ) -> KubeApi:
-        """A pod's service account: KUBERNETES_SERVICE_HOST/PORT, its CA, and its token, which
-        the package re-reads once a minute (the kubelet rotates projected tokens long before
-        they expire)."""
-        config = kubernetes.client.Configuration()
-        loader = _InClusterLoader(
-            token_filename=str(account / "token"), cert_filename=str(account / "ca.crt")
-        )
-        loader.load_and_set(config)
-        return cls(configuration=config, session=session)
+        """A pod's service account (see :func:`in_cluster_configuration`)."""
+        return cls(configuration=in_cluster_configuration(account), session=session)
 
     @classmethod
     def from_environment(cls, session: aiohttp.ClientSession) -> KubeApi:
         """In a pod: its service account. Elsewhere: $KUBECONFIG (or ~/.kube/config)."""
-        if os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT / "token").exists():
-            return cls.in_cluster(session)
-        return cls.from_kubeconfig(None, session)
+        return cls(configuration=environment_configuration(), session=session)
 
     async def call(
         self,

@@ -5,7 +5,9 @@ Covers: `tokenfleet tenant create-key` with a kubeconfig holding a client certif
 one using an exec plugin (a script printing an ExecCredential); it refuses a server whose
 certificate does not verify (another CA, or none given) with a clear error, and goes through
 only where the kubeconfig says insecure-skip-tls-verify; in-cluster, the service-account token
-is re-read from its file when it rotates.
+is re-read from its file when it rotates; certificates and a key embedded in a kubeconfig (as
+EKS and GKE write them) work with no writable temporary directory, for the gateway's client and
+the operator's alike; both servers refuse a broken kubeconfig with one line before starting.
 """
 
 from __future__ import annotations
@@ -15,17 +17,21 @@ import base64
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
+import kubernetes
 import pytest
+import yaml
 
 from support.apiserver import AuditedServer, audited_apiserver, make_pki
 from support.cluster import REPO, Cluster
 from tokenfleet.gateway.keys import hash_key
 from tokenfleet.kubeapi import KubeApi
+from tokenfleet.operator.k8s import Kube
 
 
 @pytest.fixture(scope="module")
@@ -178,3 +184,67 @@ def test_in_cluster_the_rotated_token_is_read_again(
     first, later, took = asyncio.run(rotate())
     assert first == f"system:serviceaccount:{ns}:before"
     assert later == f"system:serviceaccount:{ns}:after", f"still the old token after {took:.0f} s"
+
+
+def test_embedded_certificates_and_key_need_no_writable_disk(
+    server: AuditedServer, ns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The TokenFleet image runs on a read-only root without a tmpfs: the ``kubernetes``
+    package's loader would write these to temporary files and fail there."""
+    pki = server.pki
+
+    def data(path: Path) -> str:
+        return base64.b64encode(path.read_bytes()).decode()
+
+    user = {
+        "client-certificate-data": data(pki.client_cert),
+        "client-key-data": data(pki.client_key),
+    }
+    kubeconfig = server.kubeconfig(tmp_path / "embedded.kubeconfig", user, trust="system")
+    doc = yaml.safe_load(kubeconfig.read_text())
+    doc["clusters"][0]["cluster"]["certificate-authority-data"] = data(pki.ca)
+    kubeconfig.write_text(yaml.safe_dump(doc))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "read-only-root-has-none"))
+
+    async def gateway_client() -> tuple[str, str]:
+        async with aiohttp.ClientSession() as session:
+            api = KubeApi.from_kubeconfig(kubeconfig, session)
+            return await whoami(api), str(api._config.ssl_ca_cert)
+
+    user_name, ca_path = asyncio.run(gateway_client())
+    assert user_name == "tokenfleet-cert-admin"
+    assert ca_path.startswith("/proc/self/fd/"), ca_path  # held in memory, not on a disk
+
+    default = kubernetes.client.Configuration.get_default_copy()
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    # The package reads $KUBECONFIG once, at import: point its default there instead.
+    monkeypatch.setattr(
+        kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig)
+    )
+    try:
+        namespace = Kube.connect()._call("GET", f"/api/v1/namespaces/{ns}")
+    finally:
+        kubernetes.client.Configuration.set_default(default)
+    assert namespace["metadata"]["name"] == ns
+
+
+@pytest.mark.parametrize("server", ["gateway", "operator"])
+def test_a_broken_kubeconfig_is_one_clear_line_before_anything_starts(
+    server: str, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken.kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    done = subprocess.run(
+        [sys.executable, "-m", f"tokenfleet.{server}"],
+        env={**env, "KUBECONFIG": str(broken)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "error: no usable Kubernetes connection settings" in done.stderr
+    assert "current-context" in done.stderr  # what is wrong, in the loader's words

@@ -15,6 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kubernetes.client import Configuration
+
+from tokenfleet import kubeapi
 from tokenfleet.gateway.config import Settings, StaticConfig
 
 # Nothing here may import prometheus_client at module level: it chooses between in-memory and
@@ -82,8 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def serve(settings: Settings, config: StaticConfig | None) -> None:
-    """One worker process: the app on a SO_REUSEPORT socket until SIGTERM, then drain."""
+def serve(settings: Settings, source: StaticConfig | Configuration) -> None:
+    """One worker process: the app on a SO_REUSEPORT socket until SIGTERM, then drain.
+    ``source``: a static catalog, or the Kubernetes connection to watch."""
     import uvloop
     from aiohttp import web
 
@@ -92,8 +96,11 @@ def serve(settings: Settings, config: StaticConfig | None) -> None:
     from tokenfleet.gateway.state import STATE
 
     application = gateway_app.create_app(settings)
-    source = discovery.static_source(config) if config else discovery.kubernetes_source()
-    application.cleanup_ctx.append(source)
+    application.cleanup_ctx.append(
+        discovery.static_source(source)
+        if isinstance(source, StaticConfig)
+        else discovery.kubernetes_source(source)
+    )
 
     async def draining(app: web.Application) -> None:
         app[STATE].draining = True  # /readyz says so while in-flight streams finish
@@ -122,7 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.no_access_log:
         logging.getLogger("tokenfleet.gateway.access").setLevel(logging.WARNING)
-    config = StaticConfig.load(args.config) if args.config else None
+    source: StaticConfig | Configuration
+    if args.config:
+        source = StaticConfig.load(args.config)
+    else:
+        try:
+            source = kubeapi.environment_configuration()
+        except kubeapi.SettingsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     settings = Settings.from_env(
         host=args.host,
         port=args.port,
@@ -147,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         settings = dataclasses.replace(settings, salt_secret=os.urandom(32))
     if args.workers <= 1:
-        serve(settings, config)
+        serve(settings, source)
         return 0
     os.environ.setdefault(
         "PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="tf-gateway-metrics-")
@@ -156,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.workers):
         pid = os.fork()
         if pid == 0:
-            serve(settings, config)
+            serve(settings, source)
             os._exit(0)
         children.append(pid)
 

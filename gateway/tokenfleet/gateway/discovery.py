@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import kubernetes
 from aiohttp import web
 
 from tokenfleet.api import labels
@@ -83,12 +84,13 @@ def static_source(config: StaticConfig) -> Any:
     return load
 
 
-def kubernetes_source() -> Any:
+def kubernetes_source(configuration: kubernetes.client.Configuration) -> Any:
     """A cleanup context that runs the Kubernetes watches for the app's lifetime."""
 
     async def watch(app: web.Application) -> AsyncIterator[None]:
         session = aiohttp.ClientSession()
-        source = KubernetesSource(KubeApi.from_environment(session), app[STATE])
+        api = KubeApi(configuration=configuration, session=session)
+        source = KubernetesSource(api, app[STATE])
         task = asyncio.create_task(source.run())
         yield
         task.cancel()

@@ -11,6 +11,7 @@ import threading
 
 import kopf
 
+from tokenfleet import kubeapi
 from tokenfleet.operator import leadership
 
 
@@ -42,6 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        # Loaded once up front: broken settings are one line, not kopf retrying a traceback; and
+        # a kubeconfig's embedded certificates stay in memory for kopf's own login too.
+        kubeapi.environment_configuration()
+    except kubeapi.SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     election = _election(parser, args, stop)
     kopf.configure(verbose=args.verbose, log_prefix=True)

@@ -18,6 +18,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from tokenfleet import kubeapi
 from tokenfleet.api import labels
 from tokenfleet.api.base import API_GROUP_VERSION, rfc3339
 from tokenfleet.operator.plan.reporting import Event
@@ -67,7 +68,7 @@ class Kube:
         try:
             kubernetes.config.load_incluster_config()
         except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config()
+            kubeapi.load_kube_config()  # certificates embedded in it are kept in memory
         client = kubernetes.client.ApiClient()
         if not client.configuration.verify_ssl:  # the kubeconfig asked for it; say so once
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)

@@ -141,6 +141,7 @@ def _ready(pods: Sequence[observed.WorkerPod], revision: str) -> int:
 
 Verdict = tuple[bool, str, str]  # condition status, reason, message
 
+
 def _verified(inputs: ModelInputs, state: rollout.State, entries: Sequence[Revision]) -> Verdict:
     """Verified is about the spec's revision: the verifier's reason when it was refused."""
     revision = desired.revision_of(inputs.spec)
