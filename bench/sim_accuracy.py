@@ -193,12 +193,8 @@ class Sampler:
     API, not kubectl: a process a second would load the machine it measures)."""
 
     def __init__(self, stack: Stack, pool: str) -> None:
-        import urllib3
         from kubernetes import client, config
 
-        # make up's own kubeconfig skips TLS verification of its loopback API server; the
-        # warning for every poll would bury the progress lines
-        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self.api = client.CoreV1Api(config.new_client_from_config(stack.info["kubeconfig"]))
         self.pool = pool
         self.lost: set[str] = set()  # nodes down: their pods hold no GPU (as in the simulator)

@@ -6,14 +6,16 @@ shapes (zones × nodes per zone) and their loopback pod CIDRs.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tokenfleet.api import labels
-from tokenfleet.devstack import controlplane, nodes, simulated
+from tokenfleet.devstack import controlplane, nodes, pki, simulated
 
 
 def pod(
@@ -182,3 +184,15 @@ def test_components_start_in_dependency_order_with_loopback_only_flags() -> None
     assert "--advertise-address=127.0.0.1" in apiserver
     assert "--endpoint-reconciler-type=none" in apiserver
     assert any("-endpointslice-controller" in a for a in made[2].argv)
+
+
+def test_the_stack_kubeconfig_verifies_the_api_servers_certificate(tmp_path: Path) -> None:
+    ca = tmp_path / "apiserver.crt"
+    before = yaml.safe_load(pki.kubeconfig(server="https://127.0.0.1:1", token="t", ca=ca))
+    # before the API server's first start there is no certificate to trust yet
+    assert before["clusters"][0]["cluster"]["insecure-skip-tls-verify"] is True
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    after = yaml.safe_load(pki.kubeconfig(server="https://127.0.0.1:1", token="t", ca=ca))
+    cluster = after["clusters"][0]["cluster"]
+    assert "insecure-skip-tls-verify" not in cluster
+    assert base64.b64decode(cluster["certificate-authority-data"]) == ca.read_bytes()

@@ -4,10 +4,12 @@ server's own client certificate towards that kubelet)."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime
 import secrets
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography import x509
@@ -41,14 +43,21 @@ def write_token_file(path: Path) -> str:
     return token
 
 
-def kubeconfig(*, server: str, token: str, user: str = "tokenfleet-admin") -> str:
-    """A kubeconfig for the local API server (its serving certificate is self-signed)."""
+def kubeconfig(
+    *, server: str, token: str, user: str = "tokenfleet-admin", ca: Path | None = None
+) -> str:
+    """A kubeconfig for the local API server, verifying its serving certificate against ``ca``
+    (the self-signed one it writes into its cert dir on first start). Only before that first
+    start, when there is none yet, does it skip verification; the stack then writes it again."""
+    cluster: dict[str, Any] = {"server": server}
+    if ca is not None and ca.exists():
+        cluster["certificate-authority-data"] = base64.b64encode(ca.read_bytes()).decode()
+    else:
+        cluster["insecure-skip-tls-verify"] = True
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [
-            {"name": "tokenfleet", "cluster": {"server": server, "insecure-skip-tls-verify": True}}
-        ],
+        "clusters": [{"name": "tokenfleet", "cluster": cluster}],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [
             {

@@ -8,8 +8,8 @@ and zone because the pods' labels say so, not because the local stack wrote them
 What the local stack needs that a cluster would not — all of it here:
 
 - **Out-of-cluster discovery.** Prometheus runs as a host process, so it reaches the API server
-  through the stack's kubeconfig (admin token; ``insecure-skip-tls-verify``, the serving
-  certificate is self-signed) instead of an in-cluster service account.
+  through the stack's kubeconfig (admin token; the API server's self-signed serving certificate
+  as its CA) instead of an in-cluster service account.
 - **Loopback pod IPs.** Worker pods get 127.N.x.y addresses from their node's podCIDR and the
   node agent forwards ``podIP:<containerPort>`` (8000, port ``http``) to its simulator, so the
   discovered address is scraped as is; nothing is rewritten.

@@ -234,6 +234,8 @@ class Stack:
         for component in components:
             if component.name != "kwok":
                 await self._start(component, token, session)
+        # the API server has written its serving certificate by now: verify it from here on
+        self._write_kubeconfig(token)
         api = KubeApi.from_kubeconfig(self.files.kubeconfig, session)
         await self._create_nodes(api)
         ours = {n["metadata"]["name"] for n in nodes.manifests(self.options.shape)}
@@ -263,10 +265,20 @@ class Stack:
             groups=("system:masters",),
             out=pki.CertPair(cert=cert, key=key),
         )
-        self.files.kubeconfig.write_text(pki.kubeconfig(server=self.server, token=token))
-        self.files.kubeconfig.chmod(0o600)
+        self._write_kubeconfig(token)
         self.files.kwok_config.write_text(STAGES)
         return token
+
+    @property
+    def api_ca(self) -> Path:
+        """The API server's self-signed serving certificate (it writes it on first start)."""
+        return self.files.pki / "apiserver.crt"
+
+    def _write_kubeconfig(self, token: str) -> None:
+        self.files.kubeconfig.write_text(
+            pki.kubeconfig(server=self.server, token=token, ca=self.api_ca)
+        )
+        self.files.kubeconfig.chmod(0o600)
 
     async def _start(
         self, component: controlplane.Component, token: str, session: aiohttp.ClientSession
@@ -343,9 +355,7 @@ class Stack:
         ca = pki.CertPair(cert=self.files.ca_cert, key=self.files.pki / "ca.key")
         try:
             # The API server's self-signed serving bundle: the kubelet verifies the server.
-            await self.real_node.start(
-                api=api, server=self.server, ca=ca, api_ca=self.files.pki / "apiserver.crt"
-            )
+            await self.real_node.start(api=api, server=self.server, ca=ca, api_ca=self.api_ca)
         except RealNodeError as exc:
             raise StackError(str(exc)) from None
 
@@ -412,7 +422,9 @@ class Stack:
         ).strip()
         config = self.options.state_dir / "operator.kubeconfig"
         config.write_text(
-            pki.kubeconfig(server=self.server, token=token, user="tokenfleet-operator")
+            pki.kubeconfig(
+                server=self.server, token=token, user="tokenfleet-operator", ca=self.api_ca
+            )
         )
         config.chmod(0o600)
         metrics_port = processes.free_port()
@@ -440,7 +452,9 @@ class Stack:
             "create", "token", account, "-n", "tokenfleet-system", "--duration=720h"
         ).strip()
         config = self.options.state_dir / f"{component}.kubeconfig"
-        config.write_text(pki.kubeconfig(server=self.server, token=token, user=account))
+        config.write_text(
+            pki.kubeconfig(server=self.server, token=token, user=account, ca=self.api_ca)
+        )
         config.chmod(0o600)
         return config
 
