@@ -30,7 +30,15 @@ from typing import Any
 
 from aiohttp import web
 
-from tokenfleet.gateway import attempts, budget_gate, budget_store, proxy, queues, settlement
+from tokenfleet.gateway import (
+    attempts,
+    budget_gate,
+    budget_store,
+    proxy,
+    queues,
+    response_cache,
+    settlement,
+)
 from tokenfleet.gateway.accesslog import ACCESS
 from tokenfleet.gateway.intake import authenticate, parse_body, reject
 from tokenfleet.gateway.placement import Admitted, Target, place, spare_for
@@ -77,6 +85,7 @@ class Completion:
         self.ending: tuple[str, str] | None = None  # (outcome, reason) once it is known
         self.served: Target | None = None  # where it ran
         self.headers = {"X-Request-Id": self.request_id}  # on the response, whoever answers
+        self.degraded = False  # admission lowered max_tokens under load
 
     async def run(self) -> web.StreamResponse:
         """The answer, or the refusal rendered; a client that left is counted and logged."""
@@ -102,10 +111,19 @@ class Completion:
         if isinstance(admitted, Rejected):
             return admitted
         tenant, parsed = admitted.tenant, admitted.parsed
+        cached = await response_cache.look_up(  # 4 the response cache, before any quota
+            self.state,
+            admitted,
+            pinned=self.request.headers.get(attempts.REVISION_HEADER),
+            request_id=self.request_id,
+        )
+        self.headers.update(cached.headers())
         reservation = await self.state.quotas.reserve(  # 4 admit: the tenant's token quota...
             tenant.key,
             tenant.limits,
-            usage.reservation(
+            0  # a hit generates nothing: it counts as a request, and takes no tokens
+            if cached.served is not None
+            else usage.reservation(
                 prompt_tokens=parsed.prompt_tokens,
                 max_tokens=admitted.max_tokens,
                 choices=parsed.choices,
@@ -113,6 +131,35 @@ class Completion:
         )
         if isinstance(reservation, Rejected):
             return reservation
+        if cached.served is not None:
+            return await self.from_cache(admitted, cached, reservation)
+        return await self.from_engine(admitted, cached, reservation)
+
+    async def from_cache(
+        self, admitted: Admitted, cached: response_cache.Lookup, reservation: Reservation
+    ) -> web.StreamResponse:
+        """A hit, replayed; settled as served with nothing charged."""
+        assert cached.served is not None
+        if cached.revision:
+            self.headers[attempts.REVISION_HEADER] = cached.revision
+        self.ending = ("served", "cache_hit")
+        try:
+            return await response_cache.replayed(
+                self.request,
+                cached.served,
+                stream=admitted.parsed.stream,
+                include_usage=admitted.parsed.include_usage,
+                headers=self.headers,
+                model=admitted.primary.model.name,
+            )
+        finally:
+            await self.settle(self.record(admitted, reservation.tokens), reservation, None)
+
+    async def from_engine(
+        self, admitted: Admitted, cached: response_cache.Lookup, reservation: Reservation
+    ) -> web.StreamResponse | Rejected:
+        """The budget, the queue, an engine; a miss's complete answer is kept."""
+        asked = admitted  # the budget may downgrade the model: the cache keeps what was asked
         hold: budget_store.Held | None = None
         try:
             budgeted = await budget_gate.check(  # ...its budget (may downgrade the model)...
@@ -126,7 +173,18 @@ class Completion:
             if isinstance(answered, Rejected):
                 self.ending = ("rejected", answered.reason.value)
                 return answered
-            return self.observe(admitted, answered)  # 7 observe
+            response = self.observe(admitted, answered)  # 7 observe
+            if not isinstance(answered.outcome, Rejected):
+                await response_cache.keep(
+                    self.state,
+                    cached,
+                    admitted=asked,
+                    outcome=answered.outcome,
+                    fallback=answered.target.model.name != asked.primary.model.name,
+                    degraded=self.degraded,
+                    revision=self.headers.get(attempts.REVISION_HEADER, ""),
+                )
+            return response
         finally:
             await self.settle(self.record(admitted, reservation.tokens), reservation, hold)  # 8
 
@@ -255,6 +313,7 @@ class Completion:
                 load=queue.load(capacity),
                 requested=admitted.max_tokens,
             )
+            self.degraded = max_tokens < admitted.max_tokens
             return Answered(target=to, outcome=await self.proxied(admitted, to, max_tokens))
         finally:
             state.metrics.in_flight.labels(key, cls).dec()

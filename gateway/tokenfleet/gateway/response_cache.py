@@ -1,0 +1,153 @@
+"""The response cache on a request's path: look up before admission, replay a hit, keep a
+complete answer after it was served.
+
+The decisions are :mod:`~tokenfleet.gateway.policy.cacheability`'s, the rendering
+:mod:`~tokenfleet.gateway.policy.replay`'s, the Redis calls :mod:`.response_store`'s; this
+module sequences them and counts what happened. A Redis failure is a miss (and an error in the
+metrics), never a refusal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from tokenfleet.gateway import proxy, response_store
+from tokenfleet.gateway.placement import Admitted
+from tokenfleet.gateway.policy import cacheability, replay
+from tokenfleet.gateway.state import GatewayState
+
+#: On every response of a cache-enabled model's cacheable request: ``hit`` or ``miss``.
+HEADER = "X-TokenFleet-Cache"
+MODEL_HEADER = "X-TokenFleet-Model"  # as proxy sets it: the model that produced the answer
+CACHEABLE = cacheability.Why.CACHEABLE
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Lookup:
+    """What the cache made of one request: not cached (no key), a miss to fill, or a hit."""
+
+    key: str = ""
+    revision: str = ""  # the revision the key names
+    served: dict[str, Any] | None = None  # the hit, as this request's answer
+
+    def headers(self) -> dict[str, str]:
+        if not self.key:
+            return {}
+        return {HEADER: "hit" if self.served is not None else "miss"}
+
+
+NOT_CACHED = Lookup()
+
+
+async def look_up(
+    state: GatewayState, admitted: Admitted, *, pinned: str | None, request_id: str
+) -> Lookup:
+    """The request's key and, if Redis holds it, its cached answer."""
+    model, pool, parsed = admitted.primary.model, admitted.primary.pool, admitted.parsed
+    if model.response_cache is None:
+        return NOT_CACHED
+    metrics = state.metrics.response_cache
+    why = cacheability.cacheable(parsed.kind, parsed.body)
+    revision = cacheability.revision(
+        model.revision_weights,
+        available=state.catalog.endpoints.revisions(model.name, pool=pool.key),
+        pinned=pinned,
+    )
+    if why is CACHEABLE and revision is None:
+        why = cacheability.Why.REVISION_UNDECIDED
+    if why is not CACHEABLE or revision is None:
+        metrics.skips.labels(model.name, why.value).inc()
+        return NOT_CACHED
+    key = cacheability.key(
+        kind=parsed.kind,
+        model=model.name,
+        revision=revision,
+        scope=cacheability.scope(tenant=admitted.tenant.key, group=admitted.tenant.cache_group),
+        max_tokens=admitted.max_tokens,
+        body=parsed.body,
+    )
+    served = await _fetched(state, key, model=model.name, request_id=request_id)
+    (metrics.hits if served is not None else metrics.misses).labels(model.name).inc()
+    return Lookup(key=key, revision=revision, served=served)
+
+
+async def _fetched(
+    state: GatewayState, key: str, *, model: str, request_id: str
+) -> dict[str, Any] | None:
+    """The cached answer under ``key``; None on a miss, a Redis failure or a damaged entry."""
+    try:
+        entry = await state.responses.get(key)
+    except response_store.Unavailable:
+        state.metrics.response_cache.errors.labels(model, "get").inc()
+        return None
+    if entry is None:
+        return None
+    try:
+        return replay.answer(entry, request_id=request_id)
+    except (orjson.JSONDecodeError, TypeError, AttributeError):
+        state.metrics.response_cache.errors.labels(model, "decode").inc()
+        return None
+
+
+async def replayed(
+    request: web.Request,
+    served: dict[str, Any],
+    *,
+    stream: bool,
+    include_usage: bool,
+    headers: dict[str, str],
+    model: str,
+) -> web.StreamResponse:
+    """Answer ``request`` with a hit: one JSON body, or the engine's SSE chunks in one write."""
+    out = {**headers, MODEL_HEADER: model}
+    if not stream:
+        return web.Response(body=orjson.dumps(served), content_type="application/json", headers=out)
+    response = web.StreamResponse(
+        status=200,
+        headers={**out, "Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+    )
+    await response.prepare(request)
+    await response.write(b"".join(replay.events(served, include_usage=include_usage)))
+    await response.write_eof()
+    return response
+
+
+async def keep(
+    state: GatewayState,
+    lookup: Lookup,
+    *,
+    admitted: Admitted,
+    outcome: proxy.Outcome,
+    fallback: bool,
+    degraded: bool,
+    revision: str,
+) -> None:
+    """Store a miss's answer when it is complete and is what the key describes."""
+    model, settings = admitted.primary.model.name, admitted.primary.model.response_cache
+    if not lookup.key or lookup.served is not None or settings is None:
+        return
+    response = outcome.response
+    payload = response.body if isinstance(response, web.Response) else None
+    why = cacheability.storable(
+        payload if isinstance(payload, bytes) else None,
+        status=outcome.status,
+        failed=outcome.error is not None,
+        fallback=fallback,
+        degraded=degraded,
+        other_revision=revision != lookup.revision,
+        max_entry_bytes=settings.max_entry_bytes,
+    )
+    metrics = state.metrics.response_cache
+    if why is not CACHEABLE or not isinstance(payload, bytes):
+        metrics.skips.labels(model, why.value).inc()
+        return
+    try:
+        await state.responses.put(lookup.key, payload, ttl_seconds=settings.ttl_seconds)
+    except response_store.Unavailable:
+        metrics.errors.labels(model, "put").inc()
+        return
+    metrics.stores.labels(model).inc()
