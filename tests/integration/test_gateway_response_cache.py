@@ -4,12 +4,14 @@ Matrix: a repeated greedy request is served from cache (the upstream simulator c
 request; usage and the tenant's charged tokens are zero on the hit); any sampling change
 (temperature, seed, max_tokens, prompt) misses; two tenants never share an answer, two tenants
 of one cache group do; a new revision (pinned here) has its own keys; a streamed request after a
-non-streamed one hits and streams through the openai SDK; sampled and tool requests bypass; a
+non-streamed one hits and streams through the openai SDK, and a streamed miss fills the cache
+for both forms; a stream its client leaves stores nothing; sampled and tool requests bypass; a
 model without the cache says nothing; a Redis outage is a miss with a 200, counted as an error.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -269,3 +271,35 @@ def test_a_redis_outage_is_a_miss_with_a_200(tmp: Path, sims: dict[str, Sim]) ->
         )
         assert ask(client(g, "b"), prompt())[0] == "miss"  # within the retry window: no wait
     assert "Traceback" not in g.log.read_text(), g.log.read_text()[-3000:]
+
+
+def test_a_streamed_miss_fills_the_cache_for_both_forms(
+    gateway: Gateway, sims: dict[str, Sim]
+) -> None:
+    messages, before = prompt(), served(sims["r1"])
+    args: dict[str, Any] = {"model": "m", "messages": messages, "max_tokens": 12, "temperature": 0}
+    raw = client(gateway).chat.completions.with_raw_response.create(**args, stream=True)
+    assert raw.headers["X-TokenFleet-Cache"] == "miss"
+    streamed = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
+    header, whole = ask(client(gateway), messages)
+    assert header == "hit" and whole.choices[0].message.content == streamed
+    again = client(gateway).chat.completions.with_raw_response.create(**args, stream=True)
+    assert again.headers["X-TokenFleet-Cache"] == "hit"
+    assert "".join(c.choices[0].delta.content or "" for c in again.parse() if c.choices) == (
+        streamed
+    )
+    assert served(sims["r1"]) - before == 1
+
+
+def test_a_cancelled_stream_stores_nothing(gateway: Gateway) -> None:
+    messages = prompt()
+    stores = gateway_metric(gateway, names.RESPONSE_CACHE_STORES, model="m")
+    long = {"max_tokens": 400, "extra_body": {"ignore_eos": True}}  # about 0.8 s of tokens
+    stream = client(gateway).chat.completions.create(
+        model="m", messages=messages, temperature=0, stream=True, **long
+    )
+    next(iter(stream))
+    stream.close()  # the client leaves mid-answer
+    time.sleep(1.0)  # past the time the whole answer would have taken
+    assert gateway_metric(gateway, names.RESPONSE_CACHE_STORES, model="m") == stores
+    assert ask(client(gateway), messages, **long)[0] == "miss"

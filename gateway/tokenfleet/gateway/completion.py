@@ -86,6 +86,7 @@ class Completion:
         self.served: Target | None = None  # where it ran
         self.headers = {"X-Request-Id": self.request_id}  # on the response, whoever answers
         self.degraded = False  # admission lowered max_tokens under load
+        self.capture_bytes = 0  # a streamed miss keeps its events for the response cache
 
     async def run(self) -> web.StreamResponse:
         """The answer, or the refusal rendered; a client that left is counted and logged."""
@@ -160,6 +161,7 @@ class Completion:
     ) -> web.StreamResponse | Rejected:
         """The budget, the queue, an engine; a miss's complete answer is kept."""
         asked = admitted  # the budget may downgrade the model: the cache keeps what was asked
+        self.capture_bytes = response_cache.capture_bytes(cached, admitted)
         hold: budget_store.Held | None = None
         try:
             budgeted = await budget_gate.check(  # ...its budget (may downgrade the model)...
@@ -354,7 +356,14 @@ class Completion:
         )
         body = bodies.upstream(parsed, model=to.model.name, salt=salt, max_tokens=max_tokens)
         return await attempts.serve(
-            attempts.Work(parsed=parsed, model=to.model, pool=to.pool, body=body, due=admitted.due),
+            attempts.Work(
+                parsed=parsed,
+                model=to.model,
+                pool=to.pool,
+                body=body,
+                due=admitted.due,
+                capture_bytes=self.capture_bytes,
+            ),
             state=self.state,
             request=self.request,
             headers=self.headers,

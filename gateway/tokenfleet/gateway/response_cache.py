@@ -116,6 +116,23 @@ async def replayed(
     return response
 
 
+def capture_bytes(lookup: Lookup, admitted: Admitted) -> int:
+    """How much of a streamed miss to keep to assemble its answer (0: not a miss to fill)."""
+    settings = admitted.primary.model.response_cache
+    if not lookup.key or lookup.served is not None or settings is None:
+        return 0
+    return settings.max_entry_bytes * cacheability.STREAM_CAPTURE_FACTOR
+
+
+def _answer_of(outcome: proxy.Outcome) -> bytes | None:
+    """The whole answer's JSON: the engine's body, or a stream's captured events assembled."""
+    response = outcome.response
+    body = response.body if isinstance(response, web.Response) else None
+    if isinstance(body, bytes):
+        return body
+    return replay.assembled(bytes(outcome.captured)) if outcome.captured else None
+
+
 async def keep(
     state: GatewayState,
     lookup: Lookup,
@@ -130,15 +147,17 @@ async def keep(
     model, settings = admitted.primary.model.name, admitted.primary.model.response_cache
     if not lookup.key or lookup.served is not None or settings is None:
         return
-    response = outcome.response
-    payload = response.body if isinstance(response, web.Response) else None
+    payload = _answer_of(outcome)
     why = cacheability.storable(
-        payload if isinstance(payload, bytes) else None,
-        status=outcome.status,
-        failed=outcome.error is not None,
-        fallback=fallback,
-        degraded=degraded,
-        other_revision=revision != lookup.revision,
+        cacheability.Served(
+            status=outcome.status,
+            failed=outcome.error is not None,
+            payload=payload,
+            oversize=outcome.oversize,
+            fallback=fallback,
+            degraded=degraded,
+            other_revision=revision != lookup.revision,
+        ),
         max_entry_bytes=settings.max_entry_bytes,
     )
     metrics = state.metrics.response_cache

@@ -156,17 +156,10 @@ def chat_answer(finish: Any = "stop", content: str = "Hello there, friend.") -> 
     }
 
 
-def storable(payload: bytes | None = None, **over: Any) -> Why:
-    args: dict[str, Any] = {
-        "status": 200,
-        "failed": False,
-        "fallback": False,
-        "degraded": False,
-        "other_revision": False,
-        "max_entry_bytes": 65536,
-    }
-    data = orjson.dumps(chat_answer()) if payload is None else payload
-    return cacheability.storable(data, **{**args, **over})
+def storable(body: bytes | None = None, **over: Any) -> Why:
+    data = orjson.dumps(chat_answer()) if body is None else body
+    served = cacheability.Served(**{"status": 200, "failed": False, "payload": data, **over})
+    return cacheability.storable(served, max_entry_bytes=65536)
 
 
 @pytest.mark.parametrize(
@@ -180,31 +173,18 @@ def storable(payload: bytes | None = None, **over: Any) -> Why:
         pytest.param(b"not json", {}, Why.INCOMPLETE, id="not-json"),
         pytest.param(b'{"error": {"message": "x"}}', {}, Why.INCOMPLETE, id="error-body"),
         pytest.param(b'{"choices": []}', {}, Why.INCOMPLETE, id="no-choices"),
+        pytest.param(None, {"payload": None}, Why.INCOMPLETE, id="stream-not-assembled"),
         pytest.param(None, {"status": 500}, Why.INCOMPLETE, id="status-500"),
         pytest.param(None, {"failed": True}, Why.INCOMPLETE, id="failed-midway"),
         pytest.param(None, {"fallback": True}, Why.FALLBACK, id="fallback"),
         pytest.param(None, {"degraded": True}, Why.DEGRADED, id="degraded"),
         pytest.param(None, {"other_revision": True}, Why.REVISION_UNDECIDED, id="other-revision"),
-        pytest.param(None, {"max_entry_bytes": 100}, Why.TOO_LARGE, id="too-large"),
+        pytest.param(b"x" * 65537, {}, Why.TOO_LARGE, id="too-large"),
+        pytest.param(None, {"payload": None, "oversize": True}, Why.TOO_LARGE, id="long-stream"),
     ],
 )
 def test_storable(payload: bytes | None, over: dict[str, Any], why: Why) -> None:
     assert storable(payload, **over) is why
-
-
-def test_a_stream_is_not_stored() -> None:
-    assert (
-        cacheability.storable(
-            None,
-            status=200,
-            failed=False,
-            fallback=False,
-            degraded=False,
-            other_revision=False,
-            max_entry_bytes=65536,
-        )
-        is Why.STREAMED
-    )
 
 
 def test_a_hit_has_its_own_id_and_charges_nothing() -> None:
@@ -264,3 +244,60 @@ def test_streamed_text_completion_hit() -> None:
 )
 def test_pieces_keep_every_character(text: str, expected: list[str]) -> None:
     assert replay.pieces(text) == expected
+
+
+def test_a_stream_assembles_to_the_answer_it_replays() -> None:
+    """events() and assembled() are inverses: a streamed miss fills the cache for either."""
+    engine = {**chat_answer(), "usage": {"prompt_tokens": 5, "completion_tokens": 4}}
+    stream = b"".join(replay.events(engine, include_usage=True))
+    whole = replay.assembled(stream)
+    assert whole is not None
+    again = orjson.loads(whole)
+    assert again["object"] == "chat.completion" and again["usage"] == engine["usage"]
+    assert again["choices"][0]["message"] == engine["choices"][0]["message"]
+    assert again["choices"][0]["finish_reason"] == "stop"
+    assert storable(whole) is Why.CACHEABLE
+
+
+def test_a_text_stream_assembles() -> None:
+    chunks = [
+        {
+            "id": "c",
+            "object": "text_completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "text": t, "finish_reason": f}],
+        }
+        for t, f in ((" one", None), (" two", None), ("", "length"))
+    ]
+    stream = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + replay.DONE
+    whole = orjson.loads(replay.assembled(stream) or b"null")
+    assert whole["choices"] == [
+        {"index": 0, "text": " one two", "logprobs": None, "finish_reason": "length"}
+    ]
+
+
+STREAM = b"".join(
+    replay.events(replay.answer(orjson.dumps(chat_answer()), request_id="i"), include_usage=False)
+)
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        pytest.param(STREAM.removesuffix(replay.DONE), id="no-done"),
+        pytest.param(
+            STREAM.replace(b"data: [DONE]", b'data: {"error": {"code": 500}}\n\ndata: [DONE]'),
+            id="error-event",
+        ),
+        pytest.param(b"data: {not json\n\n" + replay.DONE, id="not-json"),
+        pytest.param(replay.DONE, id="no-chunks"),
+        pytest.param(
+            b'data: {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": '
+            b'{"tool_calls": [{"id": "t"}]}}]}\n\n' + replay.DONE,
+            id="tool-call",
+        ),
+    ],
+)
+def test_a_stream_that_did_not_finish_cleanly_assembles_to_nothing(stream: bytes) -> None:
+    assert replay.assembled(stream) is None

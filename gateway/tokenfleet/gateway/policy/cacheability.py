@@ -15,6 +15,7 @@ tenant's answers are never served to another.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 from collections.abc import Collection, Mapping
@@ -50,7 +51,6 @@ class Why(enum.StrEnum):
     TOOLS = "tools"  # a tool call may have side effects the caller expects to happen
     LOGPROBS = "logprobs"  # logprob values vary with batching even when the text does not
     REVISION_UNDECIDED = "revision_undecided"  # a canary split (drawn per request), or none
-    STREAMED = "streamed"  # a streamed miss: its answer is relayed, not assembled and stored
     TOO_LARGE = "too_large"  # above the deployment's maxEntryBytes
     INCOMPLETE = "incomplete"  # not a whole answer that stopped or reached max_tokens
     FALLBACK = "fallback"  # another model answered: never stored as this model's answer
@@ -122,30 +122,41 @@ def key(
     return KEY_PREFIX + digest
 
 
-def storable(
-    payload: bytes | None,
-    *,
-    status: int,
-    failed: bool,
-    fallback: bool,
-    degraded: bool,
-    other_revision: bool,
-    max_entry_bytes: int,
-) -> Why:
-    """Whether an engine's answer (its JSON body; None for a stream) is a complete answer of
-    this model, as the key describes it, worth keeping (CACHEABLE), or why not."""
-    if fallback:
+#: A stream's events are kept only up to this many times ``maxEntryBytes``: SSE framing and
+#: per-chunk JSON run about 30-40 bytes per generated token around 4 bytes of text, so a stream
+#: past this bound would assemble to an answer above the bound too.
+STREAM_CAPTURE_FACTOR = 48
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Served:
+    """How a miss was answered, as the decision to store it reads it."""
+
+    status: int
+    failed: bool  # an error after the first byte (deadline, a broken stream)
+    payload: bytes | None  # the whole answer's JSON (a stream's assembled); None if not whole
+    oversize: bool = False  # a stream longer than its capture bound
+    fallback: bool = False  # another model answered
+    degraded: bool = False  # admission lowered max_tokens under load
+    other_revision: bool = False  # another revision than the key's answered
+
+
+def storable(served: Served, *, max_entry_bytes: int) -> Why:
+    """Whether a miss's answer is a complete answer of this model, as its key describes it,
+    worth keeping (CACHEABLE), or why not."""
+    if served.fallback:
         return Why.FALLBACK
-    if degraded:
+    if served.degraded:
         return Why.DEGRADED
-    if other_revision:  # the catalog changed in between: the answer is not the key's revision's
+    if served.other_revision:  # the catalog changed in between: not the key's revision's answer
         return Why.REVISION_UNDECIDED
-    if status != 200 or failed:
+    if served.status != 200 or served.failed:
         return Why.INCOMPLETE
-    if payload is None:
-        return Why.STREAMED
-    if len(payload) > max_entry_bytes:
+    payload = served.payload
+    if served.oversize or (payload is not None and len(payload) > max_entry_bytes):
         return Why.TOO_LARGE
+    if payload is None:
+        return Why.INCOMPLETE
     try:
         answer = orjson.loads(payload)
     except orjson.JSONDecodeError:

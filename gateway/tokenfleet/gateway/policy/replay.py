@@ -7,6 +7,9 @@ completion and total tokens. It gets an id of its own (clients may key on it); e
 A streamed hit has the shape vLLM streams: a first chunk with the role, one chunk per word of
 content, a chunk with the finish reason, the usage chunk (``choices: []``) only when the client
 asked for it with ``stream_options.include_usage``, then ``data: [DONE]``.
+
+:func:`assembled` is the inverse: a streamed miss's relayed events made into the whole answer
+the cache keeps, so a stream can fill the cache for a later JSON request and the other way round.
 """
 
 from __future__ import annotations
@@ -74,3 +77,74 @@ def events(served: dict[str, Any], *, include_usage: bool) -> list[bytes]:
     if include_usage:
         chunks.append({**head, "choices": [], "usage": served["usage"]})
     return [b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks] + [DONE]
+
+
+def _merge(slot: dict[str, Any], choice: dict[str, Any]) -> bool:
+    """Add one streamed choice to its slot; False when it carries what a string cannot hold
+    (a tool call): such a stream is not assembled."""
+    delta = choice.get("delta")
+    parts = delta if isinstance(delta, dict) else {"text": choice.get("text")}
+    for field, value in parts.items():
+        if field == "role":
+            slot["role"] = value
+        elif isinstance(value, str):
+            slot["fields"][field] = slot["fields"].get(field, "") + value
+        elif value is not None:
+            return False
+    if choice.get("finish_reason") is not None:
+        slot["finish_reason"] = choice["finish_reason"]
+    return True
+
+
+def _whole_choice(index: int, slot: dict[str, Any], *, chat: bool) -> dict[str, Any]:
+    fields = slot["fields"]
+    if chat:
+        message = {"role": slot["role"], **fields, "content": fields.get("content", "")}
+        return {
+            "index": index,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": slot["finish_reason"],
+        }
+    text = fields.get("text", "")
+    return {"index": index, "text": text, "logprobs": None, "finish_reason": slot["finish_reason"]}
+
+
+def assembled(stream: bytes) -> bytes | None:
+    """The whole answer (as the engine's non-streamed JSON) of a relayed SSE stream, the
+    inverse of :func:`events`; None unless it ran to ``[DONE]`` without an error event."""
+    head: dict[str, Any] | None = None
+    slots: dict[int, dict[str, Any]] = {}
+    usage, done = None, False
+    for event in stream.split(b"\n\n"):
+        data = event.strip().removeprefix(b"data: ")
+        if data == b"[DONE]":
+            done = True
+        elif data.startswith(b"{"):
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                return None
+            if not isinstance(chunk, dict) or "error" in chunk:
+                return None
+            head = head or chunk
+            usage = chunk.get("usage") or usage
+            for choice in chunk.get("choices") or []:
+                slot = slots.setdefault(
+                    choice.get("index", 0),
+                    {"role": "assistant", "fields": {}, "finish_reason": None},
+                )
+                if not _merge(slot, choice):
+                    return None
+    if not done or head is None or not slots:
+        return None
+    chat = head.get("object") == "chat.completion.chunk"
+    whole = {
+        "id": head.get("id"),
+        "object": "chat.completion" if chat else "text_completion",
+        "created": head.get("created", 0),
+        "model": head.get("model"),
+        "choices": [_whole_choice(i, s, chat=chat) for i, s in sorted(slots.items())],
+        "usage": usage,
+    }
+    return orjson.dumps(whole)
