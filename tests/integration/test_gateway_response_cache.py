@@ -34,7 +34,7 @@ from support.gateway import (
 )
 from tokenfleet.signals import gateway as names
 
-KEYS = {n: f"tfk-cache-{n}-" + "0" * 30 for n in ("a", "b", "evals-1", "evals-2")}
+KEYS = {n: f"tfk-cache-{n}-" + "0" * 30 for n in ("a", "b", "evals-1", "evals-2", "thrifty")}
 CACHE = {"enabled": True, "ttlSeconds": 60, "maxEntryBytes": 16384}
 
 
@@ -82,6 +82,7 @@ def config(sims: dict[str, Sim]) -> dict[str, Any]:
             tenant("b"),
             tenant("evals-1", **group),
             tenant("evals-2", **group),
+            tenant("thrifty", quotas={"tokensPerMinute": 300}),
         ],
     }
 
@@ -303,3 +304,19 @@ def test_a_cancelled_stream_stores_nothing(gateway: Gateway) -> None:
     time.sleep(1.0)  # past the time the whole answer would have taken
     assert gateway_metric(gateway, names.RESPONSE_CACHE_STORES, model="m") == stores
     assert ask(client(gateway), messages, **long)[0] == "miss"
+
+
+def test_a_hit_is_admitted_when_the_token_quota_is_spent(gateway: Gateway) -> None:
+    """A hit reserves no tokens: the tenant's spent token quota refuses misses, not hits."""
+    cached = prompt()
+    assert ask(client(gateway, "thrifty"), cached)[0] == "miss"
+    for _ in range(40):  # each miss reserves its prompt and max_tokens: the bucket runs dry
+        try:
+            ask(client(gateway, "thrifty"), prompt())
+        except openai.RateLimitError as refused:
+            assert "tokens per minute" in refused.message
+            break
+    else:
+        pytest.fail("the token quota never ran out")
+    header, reply = ask(client(gateway, "thrifty"), cached)
+    assert header == "hit" and reply.usage is not None and reply.usage.total_tokens == 0
