@@ -6,7 +6,8 @@
 2. **validate** — the body, the model and the tenant's right to it, the pool by context bucket,
    the prompt and ``max_tokens`` limits;
 3. **assign** — the traffic class and the deadline: the :class:`Admitted` request, built once;
-4. **admit** — the tenant's token quota and budget (:mod:`.budget_gate`), then the pool's
+4. **admit** — the response cache first (:mod:`.response_cache`: a hit is replayed and takes no
+   tokens), the tenant's token quota and budget (:mod:`.budget_gate`), then the pool's
    queue for the class (held through a cold start), on the model or its fallback
    (:mod:`~tokenfleet.gateway.policy.fallback`);
 5. **route** and 6. **proxy** — revision, endpoint and retries (:mod:`.attempts`), relayed;
@@ -112,23 +113,22 @@ class Completion:
         if isinstance(admitted, Rejected):
             return admitted
         tenant, parsed = admitted.tenant, admitted.parsed
-        cached = await response_cache.look_up(  # 4 the response cache, before any quota
+        cached = await response_cache.look_up(  # 4 the response cache, before any quota...
             self.state,
             admitted,
             pinned=self.request.headers.get(attempts.REVISION_HEADER),
             request_id=self.request_id,
         )
         self.headers.update(cached.headers())
-        reservation = await self.state.quotas.reserve(  # 4 admit: the tenant's token quota...
+        tokens = usage.reservation(
+            prompt_tokens=parsed.prompt_tokens,
+            max_tokens=admitted.max_tokens,
+            choices=parsed.choices,
+        )
+        reservation = await self.state.quotas.reserve(  # ...the tenant's token quota...
             tenant.key,
             tenant.limits,
-            0  # a hit generates nothing: it counts as a request, and takes no tokens
-            if cached.served is not None
-            else usage.reservation(
-                prompt_tokens=parsed.prompt_tokens,
-                max_tokens=admitted.max_tokens,
-                choices=parsed.choices,
-            ),
+            0 if cached.served is not None else tokens,  # a hit: none
         )
         if isinstance(reservation, Rejected):
             return reservation
@@ -140,18 +140,12 @@ class Completion:
         self, admitted: Admitted, cached: response_cache.Lookup, reservation: Reservation
     ) -> web.StreamResponse:
         """A hit, replayed; settled as served with nothing charged."""
-        assert cached.served is not None
         if cached.revision:
             self.headers[attempts.REVISION_HEADER] = cached.revision
         self.ending = ("served", "cache_hit")
         try:
             return await response_cache.replayed(
-                self.request,
-                cached.served,
-                stream=admitted.parsed.stream,
-                include_usage=admitted.parsed.include_usage,
-                headers=self.headers,
-                model=admitted.primary.model.name,
+                self.request, cached, admitted=admitted, headers=self.headers
             )
         finally:
             await self.settle(self.record(admitted, reservation.tokens), reservation, None)
@@ -180,9 +174,9 @@ class Completion:
                 await response_cache.keep(
                     self.state,
                     cached,
-                    admitted=asked,
+                    asked=asked,
+                    served_by=answered.target.model.name,
                     outcome=answered.outcome,
-                    fallback=answered.target.model.name != asked.primary.model.name,
                     degraded=self.degraded,
                     revision=self.headers.get(attempts.REVISION_HEADER, ""),
                 )

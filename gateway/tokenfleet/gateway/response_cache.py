@@ -51,28 +51,27 @@ async def look_up(
     if model.response_cache is None:
         return NOT_CACHED
     metrics = state.metrics.response_cache
-    why = cacheability.cacheable(parsed.kind, parsed.body)
-    revision = cacheability.revision(
-        model.revision_weights,
+    decided = cacheability.verdict(
+        parsed.kind,
+        parsed.body,
+        weights=model.revision_weights,
         available=state.catalog.endpoints.revisions(model.name, pool=pool.key),
         pinned=pinned,
     )
-    if why is CACHEABLE and revision is None:
-        why = cacheability.Why.REVISION_UNDECIDED
-    if why is not CACHEABLE or revision is None:
-        metrics.skips.labels(model.name, why.value).inc()
+    if decided.why is not CACHEABLE:
+        metrics.skips.labels(model.name, decided.why.value).inc()
         return NOT_CACHED
     key = cacheability.key(
         kind=parsed.kind,
         model=model.name,
-        revision=revision,
+        revision=decided.revision,
         scope=cacheability.scope(tenant=admitted.tenant.key, group=admitted.tenant.cache_group),
         max_tokens=admitted.max_tokens,
         body=parsed.body,
     )
     served = await _fetched(state, key, model=model.name, request_id=request_id)
     (metrics.hits if served is not None else metrics.misses).labels(model.name).inc()
-    return Lookup(key=key, revision=revision, served=served)
+    return Lookup(key=key, revision=decided.revision, served=served)
 
 
 async def _fetched(
@@ -94,24 +93,20 @@ async def _fetched(
 
 
 async def replayed(
-    request: web.Request,
-    served: dict[str, Any],
-    *,
-    stream: bool,
-    include_usage: bool,
-    headers: dict[str, str],
-    model: str,
+    request: web.Request, hit: Lookup, *, admitted: Admitted, headers: dict[str, str]
 ) -> web.StreamResponse:
     """Answer ``request`` with a hit: one JSON body, or the engine's SSE chunks in one write."""
-    out = {**headers, MODEL_HEADER: model}
-    if not stream:
+    served, parsed = hit.served, admitted.parsed
+    assert served is not None
+    out = {**headers, MODEL_HEADER: admitted.primary.model.name}  # the model asked: never another
+    if not parsed.stream:
         return web.Response(body=orjson.dumps(served), content_type="application/json", headers=out)
     response = web.StreamResponse(
         status=200,
         headers={**out, "Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
     )
     await response.prepare(request)
-    await response.write(b"".join(replay.events(served, include_usage=include_usage)))
+    await response.write(b"".join(replay.events(served, include_usage=parsed.include_usage)))
     await response.write_eof()
     return response
 
@@ -137,14 +132,15 @@ async def keep(
     state: GatewayState,
     lookup: Lookup,
     *,
-    admitted: Admitted,
+    asked: Admitted,
+    served_by: str,
     outcome: proxy.Outcome,
-    fallback: bool,
     degraded: bool,
     revision: str,
 ) -> None:
-    """Store a miss's answer when it is complete and is what the key describes."""
-    model, settings = admitted.primary.model.name, admitted.primary.model.response_cache
+    """Store a miss's answer when it is complete and is what the key describes: ``asked`` is
+    the request before a budget downgrade, ``served_by`` the model that answered."""
+    model, settings = asked.primary.model.name, asked.primary.model.response_cache
     if not lookup.key or lookup.served is not None or settings is None:
         return
     payload = _answer_of(outcome)
@@ -154,7 +150,7 @@ async def keep(
             failed=outcome.error is not None,
             payload=payload,
             oversize=outcome.oversize,
-            fallback=fallback,
+            fallback=served_by != model,
             degraded=degraded,
             other_revision=revision != lookup.revision,
         ),

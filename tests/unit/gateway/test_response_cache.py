@@ -80,6 +80,25 @@ def test_revision_is_the_one_routing_would_choose(
     assert cacheability.revision(weights, available=available, pinned=pinned) == expected
 
 
+@pytest.mark.parametrize(
+    ("request_body", "available", "expected"),
+    [
+        pytest.param(
+            body(), {"r1"}, cacheability.Verdict(why=Why.CACHEABLE, revision="r1"), id="ok"
+        ),
+        pytest.param(
+            body(), {"r1", "r2"}, cacheability.Verdict(why=Why.REVISION_UNDECIDED), id="split"
+        ),
+        pytest.param(body(n=3), {"r1"}, cacheability.Verdict(why=Why.CHOICES), id="not-cacheable"),
+    ],
+)
+def test_verdict_needs_a_cacheable_request_and_a_known_revision(
+    request_body: dict[str, Any], available: set[str], expected: cacheability.Verdict
+) -> None:
+    got = cacheability.verdict("chat", request_body, weights={}, available=available, pinned=None)
+    assert got == expected
+
+
 def key(**over: Any) -> str:
     args: dict[str, Any] = {
         "kind": "chat",

@@ -3,8 +3,9 @@
 A cached answer is only right when the engine would give the same answer again, so only
 deterministic requests qualify::
 
-    kind chat/completion ──▶ one choice ──▶ greedy or seeded ──▶ no tools ──▶ no logprobs ──▶ ok
-          │ else KIND          │ CHOICES       │ SAMPLED           │ TOOLS       │ LOGPROBS
+    chat/completion ─▶ one choice ─▶ greedy/seeded ─▶ no tools ─▶ no logprobs ─▶ revision known
+      │ KIND             │ CHOICES      │ SAMPLED         │ TOOLS      │ LOGPROBS      │ REVISION_
+                                                                                       UNDECIDED
 
 The key is a sha256 over the canonical request (sorted keys, without the fields that do not
 change the output), the model's canonical name, the exact revision (a hash of the artifact and
@@ -92,6 +93,32 @@ def revision(
     if not live and len(available) == 1:
         return next(iter(available))
     return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    """Whether a request is looked up, and the revision its key names."""
+
+    why: Why
+    revision: str = ""  # meaningful only when ``why`` is CACHEABLE
+
+
+def verdict(
+    kind: str,
+    body: Mapping[str, Any],
+    *,
+    weights: Mapping[str, int],
+    available: Collection[str],
+    pinned: str | None,
+) -> Verdict:
+    """:func:`cacheable`, then :func:`revision`: a request is looked up only when both agree."""
+    why = cacheable(kind, body)
+    if why is not Why.CACHEABLE:
+        return Verdict(why=why)
+    chosen = revision(weights, available=available, pinned=pinned)
+    if chosen is None:
+        return Verdict(why=Why.REVISION_UNDECIDED)
+    return Verdict(why=why, revision=chosen)
 
 
 def scope(*, tenant: str, group: str = "") -> str:
