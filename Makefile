@@ -127,6 +127,7 @@ bench: $(VENV)/.installed binaries native $(PEERS)/.installed
 	$(PY) bench/autoscaling.py
 	$(PY) bench/simulator.py
 	$(PY) bench/sim_accuracy.py
+	$(PY) bench/response_cache.py
 
 crds: $(VENV)/.installed
 	$(PY) -m tokenfleet.api.crd --write crds

@@ -308,6 +308,30 @@ class Fallback(Model):
     model: str = Field(pattern=MODEL_NAME, description="Served name of the fallback model.")
 
 
+class ResponseCache(Model):
+    """The gateway's exact-match cache of complete responses (docs/gateway.md, Response cache).
+
+    Only deterministic requests are cached (temperature 0 or a fixed seed, one choice, no tools
+    or logprobs), per tenant (or its shared cache group) and per revision, so a new artifact or
+    engine setting never serves an old answer."""
+
+    enabled: bool = Field(default=False, description="Cache this model's deterministic answers.")
+    ttl_seconds: int = Field(
+        default=300,
+        ge=1,
+        le=86400,
+        description="How long an answer is served from cache, in seconds (at most a day: a "
+        "cache is not an archive, and a shorter life bounds how long a tenant's data stays).",
+    )
+    max_entry_bytes: int = Field(
+        default=65536,
+        ge=1024,
+        le=1048576,
+        description="Largest answer (the engine's JSON body, in bytes) kept; larger ones are "
+        "served but not cached, so long generations cannot crowd Redis.",
+    )
+
+
 class ModelDeploymentSpec(Model):
     """Desired model serving."""
 
@@ -332,6 +356,10 @@ class ModelDeploymentSpec(Model):
     engine: Engine = Field(default_factory=Engine, description="vLLM settings.")
     rollout: Rollout = Field(default_factory=Rollout, description="Canary policy.")
     fallback: Fallback | None = Field(default=None, description="Model to use when this one can't.")
+    response_cache: ResponseCache = Field(
+        default_factory=ResponseCache,
+        description="Serve repeated deterministic requests from the gateway's cache.",
+    )
 
     @model_validator(mode="after")
     def _mirror_cel(self) -> ModelDeploymentSpec:

@@ -27,6 +27,7 @@ from tokenfleet.gateway.metrics import Metrics
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
+from tokenfleet.gateway.response_store import ResponseStore
 from tokenfleet.gateway.state import STATE, GatewayState
 from tokenfleet.gateway.usage_ledger import UsageLedger
 
@@ -176,6 +177,7 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
         router=router.Router(settings, registry.routing),
         usage=UsageLedger(settings.redis_url, registry=registry.registry),
         budgets=BudgetStore(settings.redis_url),
+        responses=ResponseStore(settings.redis_url),
     )
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
@@ -238,3 +240,4 @@ async def _client_session(app: web.Application) -> Any:
     if state.usage is not None:
         await state.usage.close()
     await state.budgets.close()
+    await state.responses.close()

@@ -44,6 +44,7 @@ class Work:
     pool: Pool
     body: Mapping[str, Any]
     due: float
+    capture_bytes: int = 0  # a stream's events to keep for the response cache (0: none)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,6 +204,7 @@ async def _attempt(
         # the engine logs the gateway's request id: one id follows a request end to end
         upstream_headers={"Content-Type": "application/json", "X-Request-Id": headers[_ID]},
         served_by=work.model.name,
+        capture_bytes=work.capture_bytes,
     )
     try:
         outcome = await proxy.forward(call, session=state.session, request=request, meter=meter)

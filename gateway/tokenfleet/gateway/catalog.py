@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tokenfleet.api import cost, labels
-from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
+from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus, ResponseCache
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.api.tenant import Budget, TenantSpec
 from tokenfleet.gateway.policy import quotas
@@ -52,6 +52,8 @@ class Model:
     context_tokens: int | None = None  # the engine's context window (max_model_len), if set
     revision_weights: Mapping[str, int] = dataclasses.field(default_factory=dict)
     """Traffic percent per revision, as the operator publishes it (empty: any revision)."""
+    response_cache: ResponseCache | None = None
+    """The deployment's response cache, when it enabled one."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +135,7 @@ def models_of(
         max_concurrency=spec.engine.max_num_seqs or DEFAULT_CONCURRENCY,
         context_tokens=spec.engine.max_model_len,
         revision_weights={r.name: r.weight for r in status.revisions} if status else {},
+        response_cache=spec.response_cache if spec.response_cache.enabled else None,
     )
     return dict.fromkeys(names, model)
 

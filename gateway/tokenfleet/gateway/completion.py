@@ -6,7 +6,8 @@
 2. **validate** — the body, the model and the tenant's right to it, the pool by context bucket,
    the prompt and ``max_tokens`` limits;
 3. **assign** — the traffic class and the deadline: the :class:`Admitted` request, built once;
-4. **admit** — the tenant's token quota and budget (:mod:`.budget_gate`), then the pool's
+4. **admit** — the response cache first (:mod:`.response_cache`: a hit is replayed and takes no
+   tokens), the tenant's token quota and budget (:mod:`.budget_gate`), then the pool's
    queue for the class (held through a cold start), on the model or its fallback
    (:mod:`~tokenfleet.gateway.policy.fallback`);
 5. **route** and 6. **proxy** — revision, endpoint and retries (:mod:`.attempts`), relayed;
@@ -30,7 +31,15 @@ from typing import Any
 
 from aiohttp import web
 
-from tokenfleet.gateway import attempts, budget_gate, budget_store, proxy, queues, settlement
+from tokenfleet.gateway import (
+    attempts,
+    budget_gate,
+    budget_store,
+    proxy,
+    queues,
+    response_cache,
+    settlement,
+)
 from tokenfleet.gateway.accesslog import ACCESS
 from tokenfleet.gateway.intake import authenticate, parse_body, reject
 from tokenfleet.gateway.placement import Admitted, Target, place, spare_for
@@ -77,6 +86,8 @@ class Completion:
         self.ending: tuple[str, str] | None = None  # (outcome, reason) once it is known
         self.served: Target | None = None  # where it ran
         self.headers = {"X-Request-Id": self.request_id}  # on the response, whoever answers
+        self.degraded = False  # admission lowered max_tokens under load
+        self.capture_bytes = 0  # a streamed miss keeps its events for the response cache
 
     async def run(self) -> web.StreamResponse:
         """The answer, or the refusal rendered; a client that left is counted and logged."""
@@ -102,17 +113,49 @@ class Completion:
         if isinstance(admitted, Rejected):
             return admitted
         tenant, parsed = admitted.tenant, admitted.parsed
-        reservation = await self.state.quotas.reserve(  # 4 admit: the tenant's token quota...
+        cached = await response_cache.look_up(  # 4 the response cache, before any quota...
+            self.state,
+            admitted,
+            pinned=self.request.headers.get(attempts.REVISION_HEADER),
+            request_id=self.request_id,
+        )
+        self.headers.update(cached.headers())
+        tokens = usage.reservation(
+            prompt_tokens=parsed.prompt_tokens,
+            max_tokens=admitted.max_tokens,
+            choices=parsed.choices,
+        )
+        reservation = await self.state.quotas.reserve(  # ...the tenant's token quota...
             tenant.key,
             tenant.limits,
-            usage.reservation(
-                prompt_tokens=parsed.prompt_tokens,
-                max_tokens=admitted.max_tokens,
-                choices=parsed.choices,
-            ),
+            0 if cached.served is not None else tokens,  # a hit: none
         )
         if isinstance(reservation, Rejected):
             return reservation
+        if cached.served is not None:
+            return await self.from_cache(admitted, cached, reservation)
+        return await self.from_engine(admitted, cached, reservation)
+
+    async def from_cache(
+        self, admitted: Admitted, cached: response_cache.Lookup, reservation: Reservation
+    ) -> web.StreamResponse:
+        """A hit, replayed; settled as served with nothing charged."""
+        if cached.revision:
+            self.headers[attempts.REVISION_HEADER] = cached.revision
+        self.ending = ("served", "cache_hit")
+        try:
+            return await response_cache.replayed(
+                self.request, cached, admitted=admitted, headers=self.headers
+            )
+        finally:
+            await self.settle(self.record(admitted, reservation.tokens), reservation, None)
+
+    async def from_engine(
+        self, admitted: Admitted, cached: response_cache.Lookup, reservation: Reservation
+    ) -> web.StreamResponse | Rejected:
+        """The budget, the queue, an engine; a miss's complete answer is kept."""
+        asked = admitted  # the budget may downgrade the model: the cache keeps what was asked
+        self.capture_bytes = response_cache.capture_bytes(cached, admitted)
         hold: budget_store.Held | None = None
         try:
             budgeted = await budget_gate.check(  # ...its budget (may downgrade the model)...
@@ -126,7 +169,18 @@ class Completion:
             if isinstance(answered, Rejected):
                 self.ending = ("rejected", answered.reason.value)
                 return answered
-            return self.observe(admitted, answered)  # 7 observe
+            response = self.observe(admitted, answered)  # 7 observe
+            if not isinstance(answered.outcome, Rejected):
+                await response_cache.keep(
+                    self.state,
+                    cached,
+                    asked=asked,
+                    served_by=answered.target.model.name,
+                    outcome=answered.outcome,
+                    degraded=self.degraded,
+                    revision=self.headers.get(attempts.REVISION_HEADER, ""),
+                )
+            return response
         finally:
             await self.settle(self.record(admitted, reservation.tokens), reservation, hold)  # 8
 
@@ -255,6 +309,7 @@ class Completion:
                 load=queue.load(capacity),
                 requested=admitted.max_tokens,
             )
+            self.degraded = max_tokens < admitted.max_tokens
             return Answered(target=to, outcome=await self.proxied(admitted, to, max_tokens))
         finally:
             state.metrics.in_flight.labels(key, cls).dec()
@@ -295,7 +350,14 @@ class Completion:
         )
         body = bodies.upstream(parsed, model=to.model.name, salt=salt, max_tokens=max_tokens)
         return await attempts.serve(
-            attempts.Work(parsed=parsed, model=to.model, pool=to.pool, body=body, due=admitted.due),
+            attempts.Work(
+                parsed=parsed,
+                model=to.model,
+                pool=to.pool,
+                body=body,
+                due=admitted.due,
+                capture_bytes=self.capture_bytes,
+            ),
             state=self.state,
             request=self.request,
             headers=self.headers,

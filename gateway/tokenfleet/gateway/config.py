@@ -17,6 +17,7 @@ from pydantic import Field
 
 from tokenfleet.api import cost
 from tokenfleet.api.base import Model as ApiModel
+from tokenfleet.api.deployment import ResponseCache
 from tokenfleet.api.pool import Admission, Cost, InferencePoolSpec, Routing
 from tokenfleet.api.tenant import TenantSpec
 from tokenfleet.gateway import catalog
@@ -110,6 +111,9 @@ class StaticModel(ApiModel):
         default=None, ge=0, le=100, description="Percent of the model's traffic this revision gets."
     )
     zone: str = Field(default="", description="Zone of these endpoints.")
+    response_cache: ResponseCache = Field(
+        default_factory=ResponseCache, description="As ModelDeployment.spec.responseCache."
+    )
 
 
 class StaticPool(ApiModel):
@@ -204,4 +208,6 @@ def _merged(known: catalog.Model | None, m: StaticModel) -> catalog.Model:
         fallback=known.fallback if known and known.fallback else m.fallback,
         max_concurrency=m.max_concurrency,
         revision_weights=weights,
+        response_cache=(known.response_cache if known else None)
+        or (m.response_cache if m.response_cache.enabled else None),
     )

@@ -33,6 +33,7 @@ class Metrics:
     quota_backend_up: Gauge
     endpoints: Gauge
     routing: RoutingMetrics
+    response_cache: ResponseCacheMetrics
 
     def observe_queue(self, pool: str, cls: str, depth: int, oldest_age: float) -> None:
         """A pool's class queue as the autoscaler reads it."""
@@ -130,6 +131,7 @@ class Metrics:
                 registry=r,
             ),
             routing=RoutingMetrics.create(r),
+            response_cache=ResponseCacheMetrics.create(r),
         )
 
 
@@ -195,6 +197,54 @@ class RoutingMetrics:
                 names.FALLBACKS,
                 "Requests served by a fallback model, and why.",
                 ["model", "fallback", "reason"],
+                registry=r,
+            ),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseCacheMetrics:
+    """The response cache, per model that enabled it: hit ratio = hits / (hits + misses)."""
+
+    hits: Counter
+    misses: Counter
+    stores: Counter
+    errors: Counter
+    skips: Counter
+
+    @classmethod
+    def create(cls, r: CollectorRegistry) -> ResponseCacheMetrics:
+        return cls(
+            hits=Counter(
+                names.RESPONSE_CACHE_HITS,
+                "Requests answered from the response cache (no engine work, no tokens charged).",
+                ["model"],
+                registry=r,
+            ),
+            misses=Counter(
+                names.RESPONSE_CACHE_MISSES,
+                "Cacheable requests not found in the response cache (Redis errors included).",
+                ["model"],
+                registry=r,
+            ),
+            stores=Counter(
+                names.RESPONSE_CACHE_STORES,
+                "Complete answers written to the response cache.",
+                ["model"],
+                registry=r,
+            ),
+            errors=Counter(
+                names.RESPONSE_CACHE_ERRORS,
+                "Response-cache lookups (op=get) or writes (op=put) Redis did not answer: each "
+                "lookup error was served as a miss.",
+                ["model", "op"],
+                registry=r,
+            ),
+            skips=Counter(
+                names.RESPONSE_CACHE_SKIPS,
+                "Requests to a cache-enabled model not looked up (sampled, tools, ...), or "
+                "answers not stored (too_large, incomplete, fallback, degraded), by reason.",
+                ["model", "reason"],
                 registry=r,
             ),
         )

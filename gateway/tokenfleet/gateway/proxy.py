@@ -62,6 +62,9 @@ class Outcome:
     error: Reason | None = None
     response: web.StreamResponse | None = None
     gaps: list[float] = dataclasses.field(default_factory=list)
+    captured: bytearray = dataclasses.field(default_factory=bytearray)
+    """A stream's events as the engine sent them, when the call asked (the response cache)."""
+    oversize: bool = False  # the stream outgrew its capture bound: what was captured is dropped
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +79,7 @@ class Call:
     headers: dict[str, str]  # on the response
     upstream_headers: dict[str, str]
     served_by: str
+    capture_bytes: int = 0  # keep a stream's events up to this many bytes (0: keep none)
 
 
 class UpstreamFailed(Exception):
@@ -247,6 +251,17 @@ def _account(block: bytes, meter: Meter, *, strip_usage: bool) -> tuple[bytes, b
     return _EVENT_END.join(e for e in events if e) + _EVENT_END, done
 
 
+def _capture(outcome: Outcome, block: bytes, bound: int) -> None:
+    """Keep ``block`` for the response cache while the stream stays within ``bound`` bytes."""
+    if outcome.oversize:
+        return
+    if len(outcome.captured) + len(block) > bound:
+        outcome.oversize = True
+        outcome.captured.clear()
+        return
+    outcome.captured += block
+
+
 async def _relay(
     upstream: aiohttp.ClientResponse,
     request: web.Request,
@@ -283,6 +298,8 @@ async def _relay(
         else:
             gaps.append(now - last)
         last = now
+        if call.capture_bytes:
+            _capture(outcome, block, call.capture_bytes)
         out, seen_done = _account(block, meter, strip_usage=call.strip_usage)
         done = done or seen_done
         await write(out)  # backpressure: waits while the client is slow

@@ -14,6 +14,7 @@ from tokenfleet.gateway.config import Settings
 from tokenfleet.gateway.metrics import Metrics
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
+from tokenfleet.gateway.response_store import ResponseStore
 from tokenfleet.gateway.router import Router
 from tokenfleet.gateway.usage_ledger import UsageLedger
 
@@ -27,6 +28,8 @@ class GatewayState:
     router: Router
     usage: UsageLedger | None = None  # the durable usage ledger (counters without Redis)
     budgets: BudgetStore = dataclasses.field(default_factory=lambda: BudgetStore(None))
+    responses: ResponseStore = dataclasses.field(default_factory=lambda: ResponseStore(None))
+    """Cached answers of deployments that enabled the response cache (none without Redis)."""
     catalog: Catalog = dataclasses.field(default_factory=Catalog)
     catalog_loaded: bool = False  # the first full catalog (models, tenants, endpoints) arrived
     session: aiohttp.ClientSession | None = None

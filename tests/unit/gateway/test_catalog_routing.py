@@ -1,6 +1,7 @@
 """The catalog carries routing inputs from the resources: pool routing policy and dedicated
-classes from InferencePool.spec.routing, revision weights from ModelDeployment.status, and
-served names resolved in the caller's own namespace first."""
+classes from InferencePool.spec.routing, revision weights from ModelDeployment.status, the
+response cache from ModelDeployment.spec.responseCache (None unless enabled), and served names
+resolved in the caller's own namespace first."""
 
 from __future__ import annotations
 
@@ -136,3 +137,25 @@ def test_a_namespaces_broken_model_is_unavailable_to_it_not_replaced_by_anothers
     assert "chat" not in cat.visible("team-a")
     elsewhere = cat.model("chat", "team-c")
     assert elsewhere is not None and elsewhere.namespace == "team-b"
+
+
+@pytest.mark.parametrize(
+    ("cache", "expected"),
+    [
+        pytest.param(None, None, id="default-off"),
+        pytest.param({"enabled": False, "ttlSeconds": 9}, None, id="disabled"),
+        pytest.param({"enabled": True}, (300, 65536), id="enabled-defaults"),
+        pytest.param(
+            {"enabled": True, "ttlSeconds": 30, "maxEntryBytes": 2048}, (30, 2048), id="set"
+        ),
+    ],
+)
+def test_the_response_cache_comes_from_the_spec(
+    cache: dict[str, Any] | None, expected: tuple[int, int] | None
+) -> None:
+    spec = {**MODEL_SPEC, **({"responseCache": cache} if cache is not None else {})}
+    cat = catalog.from_objects(
+        pools=[], models=[obj("llama", spec)], tenants=[], secrets=[], pods=[]
+    )
+    found = cat.models["llama"].response_cache
+    assert ((found.ttl_seconds, found.max_entry_bytes) if found else None) == expected
