@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from _processes import free_port, start, wait_port
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(os.environ.get("TOKENFLEET_CACHE", Path.home() / ".cache/tokenfleet")) / "bin/current"
@@ -41,22 +41,6 @@ PEERS = REPO / "bench" / ".venv-peers" / "bin"
 TICKS = os.sysconf("SC_CLK_TCK")
 KEY = "tfk-bench-" + "0" * 32
 WORDS = " ".join(f"w{i}" for i in range(64))  # echo mode: 64 words back, one per chunk
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise SystemExit(f"nothing listens on {port} after {timeout:.0f} s")
 
 
 def tree(pid: int) -> list[int]:
@@ -90,17 +74,6 @@ class Proxy:
     headers: dict[str, str]
     pid: int | None  # None: direct
     process: subprocess.Popen[bytes] | None = None
-
-
-def start(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        argv,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
-        start_new_session=True,
-    )
 
 
 def stop(process: subprocess.Popen[bytes] | None) -> None:

@@ -19,7 +19,6 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,36 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from _processes import free_port, start, wait_port
 
 BIN = Path(os.environ.get("TOKENFLEET_CACHE", Path.home() / ".cache/tokenfleet")) / "bin/current"
 KEY = "tfk-bench-" + "0" * 32
 TTFT_MS, ITL_MS, MAX_TOKENS = 80, 8, 48  # a small model on a busy GPU, about
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise SystemExit(f"nothing listens on {port} after {timeout:.0f} s")
-
-
-def start(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        argv,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
-        start_new_session=True,
-    )
 
 
 def start_stack(tmp: Path) -> tuple[list[subprocess.Popen[bytes]], str]:

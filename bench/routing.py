@@ -28,7 +28,6 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from _processes import free_port, start, wait_port
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(os.environ.get("TOKENFLEET_CACHE", Path.home() / ".cache/tokenfleet")) / "bin/current"
@@ -67,32 +67,6 @@ ITL_SLO = 0.05  # seconds, mean per request
 DOCUMENTS = 16
 DOC_WORDS = 1000
 OUTPUT_TOKENS = 16
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise SystemExit(f"nothing listens on {port} after {timeout:.0f} s")
-
-
-def start(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        argv,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
-        start_new_session=True,
-    )
 
 
 def stop(p: subprocess.Popen[bytes]) -> None:
