@@ -33,7 +33,7 @@ from support.gateway import (
     start_gateway,
     start_sim,
 )
-from tokenfleet.gateway.policy import quotas
+from tokenfleet.gateway.policy import leases, quotas
 from tokenfleet.signals import usage
 
 KEYS = {
@@ -277,11 +277,12 @@ def test_a_client_that_leaves_after_k_tokens_is_charged_k(tmp: Path, redis: Redi
         conn.sock.shutdown(socket.SHUT_RDWR)
         conn.close()
         record = access_record(g, "leaves-after-k")
-        charged = int(redis_get(redis, key) or 0) - before
         counted = {
             name: gateway_metric(g, name, tenant="solo", outcome="cancelled")
             for name in (usage.USAGE_REQUESTS, usage.USAGE_COMPLETION_TOKENS)
         }
+    # read once the gateway has stopped: it gave back the unspent rest of its quota lease
+    charged = int(redis_get(redis, key) or 0) - before
     slow.kill()
     assert record["outcome"] == "cancelled" and record["reserved_tokens"] == 4 + 400
     # what the gateway had relayed when it saw the client go: k, or a token or two more that
@@ -340,7 +341,17 @@ def test_redis_down_the_configured_policy_holds_and_shows(
     with running(start_gateway(tmp, cfg, "--redis", own.url, "--quota-failure", policy)) as g:
         assert call(g, KEYS["solo"])[0] == 200
         own.kill()
-        status, payload, headers, _ = call(g, KEYS["solo"])
+        # noticed without a request that needs Redis: the gateway's own check, twice a second
+        wait_for(
+            "the gateway to see the quota backend down",
+            lambda: "tokenfleet_gateway_quota_backend_up 0.0" in g.get("/metrics")[1],
+            timeout=5,
+        )
+        # requests go on from the lease in hand; then the policy decides
+        for _ in range(leases.REQUESTS_PER_LEASE + 1):
+            status, payload, headers, _ = call(g, KEYS["solo"])
+            if status != 200:
+                break
         ready_status, ready = g.get("/readyz")
         metrics = g.get("/metrics")[1]
         if policy == "open":

@@ -4,7 +4,9 @@ Random sequences of reserve, settle (refund or extra charge), and clock advances
 day boundary too — run through the real Lua script in a real redis-server and through Buckets,
 for random RPM, TPM, TPD and concurrency limits (each possibly unlimited). Every decision (ok,
 reason, retry-after) and every stored balance must be equal. Levels are stored with 17
-significant digits, so "equal" is exact: the documented rounding is none.
+significant digits, so "equal" is exact: the documented rounding is none. The lease script
+(quotas.LEASE_LUA: grants of at least what a request needs and up to more, and their return,
+debts included) is held to Buckets.lease and Buckets.give_back the same way.
 """
 
 from __future__ import annotations
@@ -161,3 +163,106 @@ def test_the_gateway_path_reads_the_redis_clock(redis: Redis) -> None:
             await client.close()
 
     assert 0 <= asyncio.run(run()) < 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Lease:
+    requests: int
+    tokens: int
+    extra_requests: int
+    extra_tokens: int
+
+
+@dataclasses.dataclass(frozen=True)
+class GiveBack:
+    requests: int
+    tokens: int  # negative: a debt charged
+
+
+lease_ops = st.lists(
+    st.one_of(
+        st.builds(
+            Lease,
+            requests=st.integers(0, 2),
+            tokens=st.integers(0, 300),
+            extra_requests=st.integers(0, 10),
+            extra_tokens=st.integers(0, 600),
+        ),
+        st.builds(GiveBack, requests=st.integers(0, 10), tokens=st.integers(-100, 600)),
+        st.builds(Advance, seconds=st.floats(min_value=0.0, max_value=90.0, allow_nan=False)),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+async def _replay_leases(
+    url: str, limits: quotas.Limits, start: float, steps: list[object]
+) -> None:
+    client = redis_client.RespClient(url, timeout=5.0)
+    script = redis_client.Script(client, quotas.LEASE_LUA)
+    tenant = f"lease-{next(_tenants)}"
+    reference = quotas.Buckets()
+    rpm, tpm, tpd, _ = limits.as_args()
+    now = start
+    try:
+        for step in steps:
+            day, left = quotas.day_of(now)
+            keys = quotas.keys(tenant, day)
+            if isinstance(step, Advance):
+                now += step.seconds
+                continue
+            if isinstance(step, Lease):
+                args = [
+                    "lease", step.requests, step.tokens, step.extra_requests, step.extra_tokens,
+                    rpm, tpm, tpd, left, repr(now),
+                ]  # fmt: skip
+                ok, first, second = await script(keys=keys[:3], args=args)
+                expected = reference.lease(
+                    limits,
+                    requests=step.requests,
+                    tokens=step.tokens,
+                    extra_requests=step.extra_requests,
+                    extra_tokens=step.extra_tokens,
+                    now=now,
+                )
+                if isinstance(expected, tuple):
+                    assert (int(ok), int(first), int(second)) == (1, *expected), step
+                    assert expected[0] >= step.requests and expected[1] >= step.tokens
+                else:
+                    got = quotas.refusal(second.decode(), int(first), limits, step.tokens)
+                    assert int(ok) == 0 and got == expected, (step, second, first)
+            elif isinstance(step, GiveBack):
+                args = ["return", step.requests, step.tokens, 0, 0, rpm, tpm, tpd, left, repr(now)]
+                assert [int(x) for x in await script(keys=keys[:3], args=args)] == [1, 0, 0]
+                reference.give_back(limits, requests=step.requests, tokens=step.tokens, now=now)
+            await _same_balances(client, keys, reference, day)
+    finally:
+        await client.close()
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    rpm=limit,
+    tpm=limit,
+    tpd=st.one_of(st.none(), st.integers(min_value=1, max_value=2000)),
+    start=st.one_of(
+        st.floats(min_value=1.8e9, max_value=1.9e9, allow_nan=False),
+        st.integers(min_value=20_000, max_value=21_000).map(lambda d: d * DAY - 30.0),
+    ),
+    steps=lease_ops,
+)
+def test_the_lease_script_grants_and_counts_exactly_like_buckets(
+    redis: Redis,
+    rpm: int | None,
+    tpm: int | None,
+    tpd: int | None,
+    start: float,
+    steps: list[object],
+) -> None:
+    limits = quotas.Limits(requests_per_minute=rpm, tokens_per_minute=tpm, tokens_per_day=tpd)
+    asyncio.run(_replay_leases(redis.url, limits, start, steps))

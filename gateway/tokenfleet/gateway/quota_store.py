@@ -1,26 +1,37 @@
 """Tenant quota reservations, shared by every gateway replica through Redis.
 
+Most requests do not wait for Redis: they are admitted from a lease, a small share of the
+tenant's budget this replica took earlier (:mod:`~tokenfleet.gateway.policy.leases`, which
+states the bound), and settle into it; a background task gives idle shares back. Tenants with a
+concurrency limit reserve and settle in Redis per request.
+
 When Redis is unreachable the configured policy holds: fail-open serves with local limits (each
-replica enforces its share, quota / expected replicas, in memory), fail-closed refuses with 503.
-Either way the state is visible: :attr:`healthy` feeds /readyz and the
-``tokenfleet_gateway_quota_backend_up`` gauge.
+replica enforces its share, quota / expected replicas, in memory), fail-closed refuses with 503
+— both once the lease in hand is spent. Either way the state is visible: :attr:`healthy` feeds
+/readyz and the ``tokenfleet_gateway_quota_backend_up`` gauge, kept current by the background
+task even when no request needs Redis.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
+import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from tokenfleet.gateway import redis_client
-from tokenfleet.gateway.policy import quotas
+from tokenfleet.gateway.policy import leases, quotas
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
 log = logging.getLogger("tokenfleet.gateway.quotas")
 
 REDIS_TIMEOUT_SECONDS = 0.5  # a quota check must never hold a request longer than this
 RETRY_REDIS_SECONDS = 2.0
+HOUSEKEEPING_SECONDS = 0.5  # how often idle leases are given back and Redis's health checked
 
 
 @dataclasses.dataclass(slots=True)
@@ -32,6 +43,7 @@ class Reservation:
     tokens: int
     local: bool  # taken from the local fallback, not Redis
     settled: bool = False
+    leased: bool = False  # admitted from this replica's lease: settles into it
 
 
 class QuotaStore:
@@ -42,7 +54,14 @@ class QuotaStore:
         self._script = redis_client.Script(self._redis, quotas.LUA) if self._redis else None
         self._failure = failure
         self._share = 1.0 / max(1, replicas)
+        self._lease_script = (
+            redis_client.Script(self._redis, quotas.LEASE_LUA) if self._redis else None
+        )
         self._local: dict[str, quotas.Buckets] = {}
+        self._leases: dict[str, leases.Lease] = {}
+        self._housekeeping: asyncio.Task[None] | None = None
+        self._last_call = 0.0
+        self.calls = 0  # Redis round trips for quotas (the benchmark reads it)
         self.healthy = True
         self._down_since = 0.0
 
@@ -51,6 +70,12 @@ class QuotaStore:
         return self._redis is not None
 
     async def close(self) -> None:
+        """Give every lease back, then disconnect."""
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._housekeeping
+        await self._give_back(lambda _lease: True)
         if self._redis is not None:
             await self._redis.close()
 
@@ -73,6 +98,10 @@ class QuotaStore:
     ) -> Reservation | Rejected:
         if limits == quotas.Limits():
             return Reservation(tenant=tenant, limits=limits, tokens=tokens, local=True)
+        if self._lease_script is not None and leases.leasable(limits):
+            leased = await self._from_lease(tenant, limits, tokens)
+            if leased is not None:
+                return leased
         if self._use_redis():
             try:
                 answer = await self._call("reserve", tenant, limits, tokens, 0)
@@ -109,6 +138,14 @@ class QuotaStore:
         if reservation.limits == quotas.Limits():
             return
         refund = reservation.tokens - used_tokens
+        if reservation.leased:
+            lease = self._leases.get(reservation.tenant)
+            if lease is None or lease.limits != reservation.limits:  # given back meanwhile
+                lease = self._leases.setdefault(
+                    reservation.tenant, leases.Lease(limits=reservation.limits)
+                )
+            lease.settle(refund, time.monotonic())
+            return
         if reservation.local:
             self._local.setdefault(reservation.tenant, quotas.Buckets()).settle(
                 reservation.limits, refund, time.time()
@@ -125,6 +162,99 @@ class QuotaStore:
     ) -> Any:
         day, left = quotas.day_of(time.time())
         assert self._script is not None
+        self._count_call()
         return await self._script(
             keys=quotas.keys(tenant, day), args=[op, tokens, refund, *limits.as_args(), left]
         )
+
+    def _count_call(self) -> None:
+        self.calls += 1
+        self._last_call = time.monotonic()
+
+    async def _from_lease(
+        self, tenant: str, limits: quotas.Limits, tokens: int
+    ) -> Reservation | Rejected | None:
+        """Admitted from the lease, topped up from Redis if it falls short; None when Redis
+        cannot be asked (the caller's fallback decides)."""
+        if limits.tokens_per_minute is not None and tokens > limits.tokens_per_minute:
+            return quotas.refusal("tokens_per_minute_too_small", -1, limits, tokens)
+        now = time.monotonic()
+        lease = self._leases.get(tenant)
+        if lease is not None and lease.limits != limits:  # the tenant's limits changed
+            await self._give_back(lambda held: held is lease)
+            lease = None
+        if lease is None:
+            lease = self._leases.setdefault(tenant, leases.Lease(limits=limits))
+        reservation = Reservation(tenant=tenant, limits=limits, tokens=tokens, local=False)
+        reservation.leased = True
+        if lease.take(tokens, now):
+            return reservation
+        if not self._use_redis():
+            return None
+        requests, least = lease.shortfall(tokens)
+        extra_requests, extra_tokens = leases.extras(limits, tokens=tokens, share=self._share)
+        day, left = quotas.day_of(time.time())
+        rpm, tpm, tpd, _ = limits.as_args()
+        assert self._lease_script is not None
+        self._count_call()
+        try:
+            answer = await self._lease_script(
+                keys=quotas.keys(tenant, day)[:3],
+                args=["lease", requests, least, extra_requests, extra_tokens, rpm, tpm, tpd, left],
+            )
+        except (redis_client.RespError, OSError, TimeoutError) as exc:
+            self._mark(False, exc)
+            return None
+        self._mark(True)
+        self._start_housekeeping()
+        if not int(answer[0]):
+            reason = answer[2].decode() if isinstance(answer[2], bytes) else str(answer[2])
+            return quotas.refusal(reason, int(answer[1]), limits, tokens)
+        # The grant covers the shortfall seen before the round trip; if a settlement charged
+        # the lease more meanwhile, the request still goes (the debt is the prompt estimate's
+        # overshoot, repaid by the next grant).
+        lease.add(int(answer[1]), int(answer[2]), time.monotonic())
+        lease.draw(tokens, time.monotonic())
+        return reservation
+
+    def _start_housekeeping(self) -> None:
+        if self._housekeeping is None or self._housekeeping.done():
+            self._housekeeping = asyncio.create_task(self._keep_house())
+
+    async def _keep_house(self) -> None:
+        """Give idle leases back; while nothing else asks Redis, ask it how it is."""
+        while True:
+            await asyncio.sleep(HOUSEKEEPING_SECONDS)
+            now = time.monotonic()
+            await self._give_back(functools.partial(leases.Lease.due, now=now))
+            if self._redis is not None and now - self._last_call >= HOUSEKEEPING_SECONDS:
+                self._last_call = now
+                try:
+                    await self._redis.call("PING")
+                except (redis_client.RespError, OSError, TimeoutError) as exc:
+                    self._mark(False, exc)
+                else:
+                    self._mark(True)
+
+    async def _give_back(self, due: Callable[[leases.Lease], bool]) -> None:
+        """Return the unspent part of every lease ``due(lease)`` picks; one that cannot be
+        returned now (Redis down) is kept and tried again."""
+        if self._lease_script is None:
+            return
+        for tenant, lease in list(self._leases.items()):
+            if not due(lease):
+                continue
+            if lease.requests or lease.tokens:
+                day, left = quotas.day_of(time.time())
+                rpm, tpm, tpd, _ = lease.limits.as_args()
+                self._count_call()
+                try:
+                    await self._lease_script(
+                        keys=quotas.keys(tenant, day)[:3],
+                        args=["return", lease.requests, lease.tokens, 0, 0, rpm, tpm, tpd, left],
+                    )
+                except (redis_client.RespError, OSError, TimeoutError) as exc:
+                    self._mark(False, exc)
+                    return
+            if self._leases.get(tenant) is lease:
+                del self._leases[tenant]

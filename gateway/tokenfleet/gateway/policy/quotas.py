@@ -131,6 +131,74 @@ return {1, 0, ''}
 """
 
 
+# Leases (tokenfleet.gateway.policy.leases): one replica takes a share of the RPM, TPM and TPD
+# budgets at once and draws on it in memory. KEYS: the rpm and tpm buckets and the tpd counter,
+# as above. ARGV: op ("lease" | "return"), requests, tokens, extra_requests, extra_tokens, rpm,
+# tpm, tpd, day_seconds_left, [clock]. lease grants at least (requests, tokens) — else refuses as
+# reserve does — and up to the extras more, as far as the balances reach: {1, requests granted,
+# tokens granted} or {0, retry_after_ms, reason}. return gives (requests, tokens) back (negative
+# tokens: charges them): {1, 0, 0}.
+LEASE_LUA = """
+local now
+if ARGV[10] then
+  now = tonumber(ARGV[10])
+else
+  local now_s, now_us = unpack(redis.call('TIME'))
+  now = tonumber(now_s) + tonumber(now_us) / 1e6
+end
+local op = ARGV[1]
+local requests, tokens = tonumber(ARGV[2]), tonumber(ARGV[3])
+local extra_requests, extra_tokens = tonumber(ARGV[4]), tonumber(ARGV[5])
+local rpm, tpm, tpd = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local day_left = tonumber(ARGV[9])
+
+local function level(key, cap)
+  local state = redis.call('HMGET', key, 'level', 'at')
+  local lvl, at = tonumber(state[1]), tonumber(state[2])
+  if lvl == nil then return cap end
+  return math.min(cap, lvl + (now - at) * cap / 60.0)
+end
+local function store(key, lvl)
+  local exact = '%.17g'
+  redis.call('HSET', key, 'level', string.format(exact, lvl), 'at', string.format(exact, now))
+  redis.call('EXPIRE', key, 120)
+end
+local function count_day(delta)
+  redis.call('INCRBY', KEYS[3], delta)
+  redis.call('EXPIRE', KEYS[3], day_left + 60)
+end
+
+if op == 'return' then
+  if rpm >= 0 and requests ~= 0 then store(KEYS[1], level(KEYS[1], rpm) + requests) end
+  if tpm >= 0 and tokens ~= 0 then store(KEYS[2], level(KEYS[2], tpm) + tokens) end
+  if tpd >= 0 and tokens ~= 0 then count_day(0 - tokens) end
+  return {1, 0, 0}
+end
+
+local r = rpm >= 0 and level(KEYS[1], rpm) or 0
+local t = tpm >= 0 and level(KEYS[2], tpm) or 0
+local day_used = tpd >= 0 and tonumber(redis.call('GET', KEYS[3]) or '0') or 0
+if rpm >= 0 and r < requests then
+  return {0, math.ceil((requests - r) * 60000 / rpm), 'requests_per_minute'}
+end
+if tpm >= 0 and tokens > tpm then return {0, -1, 'tokens_per_minute_too_small'} end
+if tpm >= 0 and t < tokens then
+  return {0, math.ceil((tokens - t) * 60000 / tpm), 'tokens_per_minute'}
+end
+if tpd >= 0 and day_used + tokens > tpd then return {0, day_left * 1000, 'tokens_per_day'} end
+local granted_requests, granted_tokens = requests + extra_requests, tokens + extra_tokens
+if rpm >= 0 then
+  granted_requests = math.max(requests, math.min(granted_requests, math.floor(r)))
+end
+if tpm >= 0 then granted_tokens = math.max(tokens, math.min(granted_tokens, math.floor(t))) end
+if tpd >= 0 then granted_tokens = math.max(tokens, math.min(granted_tokens, tpd - day_used)) end
+if rpm >= 0 and granted_requests ~= 0 then store(KEYS[1], r - granted_requests) end
+if tpm >= 0 and granted_tokens ~= 0 then store(KEYS[2], t - granted_tokens) end
+if tpd >= 0 and granted_tokens ~= 0 then count_day(granted_tokens) end
+return {1, granted_requests, granted_tokens}
+"""
+
+
 def keys(tenant: str, day: int) -> list[str]:
     """Redis keys of one tenant; the {tenant} hash tag keeps them in one cluster slot."""
     base = f"tf:q:{{{tenant}}}"
@@ -231,6 +299,60 @@ class Buckets:
         if limits.max_concurrent is not None:
             self.concurrent += 1
         return None
+
+    def lease(
+        self,
+        limits: Limits,
+        *,
+        requests: int,
+        tokens: int,
+        extra_requests: int,
+        extra_tokens: int,
+        now: float,
+    ) -> Rejected | tuple[int, int]:
+        """:data:`LEASE_LUA`'s lease: at least (requests, tokens), up to the extras more;
+        (requests, tokens) granted, or the refusal."""
+        day, left = day_of(now)
+        rpm, tpm, tpd = limits.requests_per_minute, limits.tokens_per_minute, limits.tokens_per_day
+        r = self._level(self.rpm, rpm, now) if rpm is not None else 0.0
+        t = self._level(self.tpm, tpm, now) if tpm is not None else 0.0
+        day_used = self.per_day.get(day, 0)
+        if rpm is not None and r < requests:
+            retry = math.ceil((requests - r) * 60000 / rpm)
+            return refusal("requests_per_minute", retry, limits, tokens)
+        if tpm is not None and tokens > tpm:
+            return refusal("tokens_per_minute_too_small", -1, limits, tokens)
+        if tpm is not None and t < tokens:
+            return refusal(
+                "tokens_per_minute", math.ceil((tokens - t) * 60000 / tpm), limits, tokens
+            )
+        if tpd is not None and day_used + tokens > tpd:
+            return refusal("tokens_per_day", left * 1000, limits, tokens)
+        granted_requests, granted_tokens = requests + extra_requests, tokens + extra_tokens
+        if rpm is not None:
+            granted_requests = max(requests, min(granted_requests, math.floor(r)))
+        if tpm is not None:
+            granted_tokens = max(tokens, min(granted_tokens, math.floor(t)))
+        if tpd is not None:
+            granted_tokens = max(tokens, min(granted_tokens, tpd - day_used))
+        if rpm is not None and granted_requests != 0:
+            self.rpm = _Bucket(r - granted_requests, now)
+        if tpm is not None and granted_tokens != 0:
+            self.tpm = _Bucket(t - granted_tokens, now)
+        if tpd is not None and granted_tokens != 0:
+            self.per_day = {day: day_used + granted_tokens}
+        return granted_requests, granted_tokens
+
+    def give_back(self, limits: Limits, *, requests: int, tokens: int, now: float) -> None:
+        """:data:`LEASE_LUA`'s return: a lease's unspent part (negative tokens: a debt)."""
+        day, _ = day_of(now)
+        rpm, tpm = limits.requests_per_minute, limits.tokens_per_minute
+        if rpm is not None and requests != 0:
+            self.rpm = _Bucket(self._level(self.rpm, rpm, now) + requests, now)
+        if tpm is not None and tokens != 0:
+            self.tpm = _Bucket(self._level(self.tpm, tpm, now) + tokens, now)
+        if limits.tokens_per_day is not None and tokens != 0:
+            self.per_day = {day: self.per_day.get(day, 0) - tokens}
 
     def settle(self, limits: Limits, refund: int, now: float) -> None:
         """Give back ``refund`` tokens (negative: charge more) and free the concurrency slot."""
