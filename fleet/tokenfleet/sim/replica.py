@@ -10,6 +10,13 @@ its output tokens: a heap keyed by that step replaces per-sequence bookkeeping.
 
 Prompts opening with a cached shared prefix prefill only their remainder (an LRU of prefixes).
 KV blocks are reserved for the whole context at admission, as a conservative vLLM would.
+
+LoRA adapters, as vLLM serves them: a replica holds at most ``max_loras`` adapters in slots
+(loaded, or loading for ``adapter_load_seconds``), least recently used first. A request whose
+adapter has no slot takes one when it reaches the head of the queue (evicting the least recently
+used adapter no admitted request uses), then waits for the load; while no slot can be had it
+is skipped and later requests go ahead, as vLLM's scheduler skips them. So the running batch
+never mixes more than ``max_loras`` adapters. A base-model request never looks at any of this.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ class Request:
     """One request's life; times are seconds from the start (None until they happen)."""
 
     __slots__ = (
+        "adapter",
+        "adapter_hit",
         "arrival",
         "cls",
         "deadline",
@@ -61,6 +70,7 @@ class Request:
         prefix: int,
         prefix_tokens: int,
         zone: str = "",
+        adapter: int = -1,
     ) -> None:
         self.index = index
         self.stream = stream
@@ -72,6 +82,8 @@ class Request:
         self.prefix = prefix  # shared-prefix group, -1 for none
         self.prefix_tokens = prefix_tokens
         self.zone = zone  # of the gateway replica it reached ("" → no zone preference)
+        self.adapter = adapter  # LoRA adapter id, -1 for the base model
+        self.adapter_hit = NO_ADAPTER
         self.pool = ""
         self.dispatched: float | None = None
         self.first_token: float | None = None
@@ -84,6 +96,9 @@ class Request:
 
 Finish = Callable[[Request, float], None]
 
+#: ``Request.adapter_hit``: no adapter; its adapter was loaded where it went; it was not.
+NO_ADAPTER, ADAPTER_HIT, ADAPTER_MISS = 0, 1, 2
+
 
 def mark_first_token(req: Request, at: float) -> None:
     req.first_token = at
@@ -93,6 +108,10 @@ class Replica:
     """A replica's engine state; ``advance`` moves it through one tick."""
 
     __slots__ = (
+        "adapter_evictions",
+        "adapter_loads",
+        "adapter_users",
+        "adapters",
         "busy_decode",
         "busy_prefill",
         "busy_window",
@@ -103,6 +122,8 @@ class Replica:
         "id",
         "in_flight",
         "kv_used",
+        "loads_due",
+        "lora",
         "perf",
         "prefill",
         "prefilling",
@@ -141,6 +162,13 @@ class Replica:
         self.busy_decode = 0.0  # the rest of busy step time
         self.busy_window = 0.0  # busy seconds since the last utilisation reading
         self.clock = created  # the replica has run up to here
+        # adapter → when its load ends (past: loaded), least recently used first
+        self.adapters: collections.OrderedDict[int, float] = collections.OrderedDict()
+        self.adapter_users: dict[int, int] = {}  # admitted requests per adapter
+        self.loads_due: list[tuple[float, int]] = []  # heap of (load ends, adapter)
+        self.adapter_loads = 0
+        self.adapter_evictions = 0
+        self.lora = False  # has taken an adapter request: advance then watches for loads
 
     def accept(self, req: Request, now: float, first_token: Finish, finish: Finish) -> None:
         """A request dispatched here by the gateway at ``now``: catch up to then, take it."""
@@ -148,19 +176,28 @@ class Replica:
             self.advance(now, first_token, finish)
         req.replica = self
         self.in_flight += 1
+        if req.adapter >= 0:
+            self.lora = True
+            ready = self.adapters.get(req.adapter)
+            req.adapter_hit = ADAPTER_HIT if ready is not None and ready <= now else ADAPTER_MISS
         self.waiting.append(req)
         self._admit(now)
 
     def _admit(self, now: float) -> None:
         perf = self.perf
-        while self.waiting:
-            req = self.waiting[0]
+        waiting = self.waiting
+        skipped: list[Request] = []
+        while waiting:
+            req = waiting[0]
             context = req.input + req.output
             if self.running + len(self.prefill) + len(self.prefilling) >= perf.max_num_seqs:
-                return
+                break
             if self.kv_used + context > perf.kv_cache_tokens and self.running + len(self.prefill):
-                return  # no KV room: it waits (vllm:num_requests_waiting)
-            self.waiting.popleft()
+                break  # no KV room: it waits (vllm:num_requests_waiting)
+            waiting.popleft()
+            if req.adapter >= 0 and not self._adapter_ready(req.adapter, now):
+                skipped.append(req)  # its adapter is loading or has no slot: later ones go on
+                continue
             self.kv_used += context
             hit = req.prefix >= 0 and req.prefix in self.prefixes
             if hit:
@@ -176,17 +213,68 @@ class Replica:
                 heapq.heappush(self.prefilling, (done, self.seq, req))
             else:
                 self.prefill.append(req)
+        if skipped:
+            waiting.extendleft(reversed(skipped))
 
-    def advance(  # noqa: PLR0912, PLR0915 - the hot loop, kept whole: calls cost here
+    def _adapter_ready(self, adapter: int, now: float) -> bool:
+        """Whether ``adapter`` can serve a request admitted at ``now``; if it holds no slot,
+        take one (evicting the least recently used unused adapter) and start its load. Ready
+        adapters count as admitted users until their request is released."""
+        slots = self.adapters
+        ready = slots.get(adapter)
+        if ready is None:
+            perf = self.perf
+            if len(slots) >= perf.max_loras:
+                users = self.adapter_users
+                victim = next((a for a, t in slots.items() if t <= now and not users.get(a, 0)), -1)
+                if victim < 0:
+                    return False  # every slot is loading or in use: wait for one
+                del slots[victim]
+                self.adapter_evictions += 1
+            ready = now + perf.adapter_load_seconds
+            slots[adapter] = ready
+            self.adapter_loads += 1
+            if ready > now:
+                heapq.heappush(self.loads_due, (ready, adapter))
+        slots.move_to_end(adapter)
+        if ready > now:
+            return False
+        self.adapter_users[adapter] = self.adapter_users.get(adapter, 0) + 1
+        return True
+
+    def advance(self, until: float, first_token: Finish, finish: Finish) -> None:
+        """Run the engine from its clock to ``until``, reporting first tokens and finishes."""
+        if self.lora:
+            self._advance_lora(until, first_token, finish)
+        elif self.separate:
+            self._advance_separate(until, first_token, finish)
+        else:
+            self._advance_chunked(until, first_token, finish)
+
+    def _advance_lora(self, until: float, first_token: Finish, finish: Finish) -> None:
+        """``advance`` for a replica serving adapters: in spans that end where a load does, so
+        its waiters are admitted at once. A span is at most one load time long: a load started
+        inside a span (when a finish frees a slot) then ends after it, at a span's end."""
+        run = self._advance_separate if self.separate else self._advance_chunked
+        longest = self.perf.adapter_load_seconds or INF
+        due = self.loads_due
+        while self.clock < until:
+            end = min(until, self.clock + longest)
+            if due and due[0][0] < end:
+                end = due[0][0]
+            run(end, first_token, finish)
+            loaded = False
+            while due and due[0][0] <= self.clock:
+                heapq.heappop(due)
+                loaded = True
+            if loaded and self.waiting:
+                self._admit(self.clock)
+
+    def _advance_chunked(  # noqa: PLR0912, PLR0915 - the hot loop, kept whole: calls cost here
         self, until: float, first_token: Finish, finish: Finish
     ) -> None:
-        """Run the engine from its clock to ``until``, reporting first tokens and finishes.
-
-        The hot loop of the simulator: locals instead of attributes, one event per iteration.
-        """
-        if self.separate:
-            self._advance_separate(until, first_token, finish)
-            return
+        """``advance`` for vLLM's chunked prefill. The hot loop of the simulator: locals
+        instead of attributes, one event per iteration."""
         t = self.clock
         self.clock = until
         if until <= t or not self.in_flight:
@@ -321,6 +409,8 @@ class Replica:
     def _release(self, req: Request) -> None:
         self.kv_used -= req.input + req.output
         self.in_flight -= 1
+        if req.adapter >= 0:
+            self.adapter_users[req.adapter] -= 1
 
     def evict_all(self) -> list[Request]:
         """The replica died: every request it held, for the gateway to retry or fail."""
@@ -331,6 +421,9 @@ class Replica:
         self.prefilling.clear()
         self.waiting.clear()
         self.running = self.in_flight = self.kv_used = 0
+        self.adapters.clear()
+        self.adapter_users.clear()
+        self.loads_due.clear()
         return held
 
     @property
