@@ -34,6 +34,7 @@ MODULES = (
     "tokenfleet.gateway.policy.fairness",
     "tokenfleet.gateway.policy.ledger",
     "tokenfleet.gateway.policy.adapters",
+    "tokenfleet.sim.lora",
     "tokenfleet.sim.replica",
     "tokenfleet.sim.pool",
     "tokenfleet.sim.engine",

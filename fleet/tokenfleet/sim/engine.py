@@ -231,7 +231,7 @@ class Simulation:
         for pool in self.pools.values():
             for r in pool.replicas:
                 self.rec.busy(r.busy_prefill, r.busy_decode)
-                self.rec.adapter_work(r.adapter_loads, r.adapter_evictions)
+                self.rec.adapter_work(r.slots.loads, r.slots.evictions)
         return self.rec.result(wall=time.perf_counter() - wall, cpu=time.process_time() - cpu)
 
     def _tick(self, now: float, end: float) -> None:

@@ -173,8 +173,20 @@ class Pool:
     def dispatch(self, req: Request, now: float, tried: frozenset[str] = frozenset()) -> None:
         """Route a started request to a replica (again, after its replica died unanswered)."""
         if req.adapter >= 0 and self.adapter_affinity:
-            self._dispatch_adapter(req, now, tried)
+            url = self._place_adapter(req, now, tried)
+        else:
+            url = self._route(req, now, tried)
+        if url is None:
+            req.dispatched = req.dispatched or now  # its slot is released with it
+            self.end(req, "failed", "NoReplica", now)
             return
+        self.routed[url] += 1
+        if req.dispatched is None:
+            req.dispatched = now
+        self.by_url[url].accept(req, now, mark_first_token, self.finished)
+
+    def _route(self, req: Request, now: float, tried: frozenset[str]) -> str | None:
+        """The gateway's routing: ``routing.pick`` with the request ``routing.ask`` builds."""
         hashes = self._hashes(req) if self.prefix_aware else ()
         self.sequence += 1
         ask = routing.ask(
@@ -195,32 +207,19 @@ class Pool:
             rng=self.rng,
         )
         if choice is None:
-            req.dispatched = req.dispatched or now  # its slot is released with it
-            self.end(req, "failed", "NoReplica", now)
-            return
+            return None
         url = choice.endpoint.url
         if hashes:
             self.prefixes.record(hashes, url)
-        self.routed[url] += 1
-        if req.dispatched is None:
-            req.dispatched = now
-        self.by_url[url].accept(req, now, mark_first_token, self.finished)
+        return url
 
-    def _dispatch_adapter(self, req: Request, now: float, tried: frozenset[str]) -> None:
+    def _place_adapter(self, req: Request, now: float, tried: frozenset[str]) -> str | None:
         """A LoRA request under adapter affinity: ``adapters.place`` over the ready replicas'
         slots. The gateway is assumed to know them (its own loads, and what
         vllm:lora_requests_info reports): the replicas' own state, as of their last event."""
         self.sequence += 1
-        slots = self.perf.max_loras
         candidates = [
-            adapters.Holder(
-                url=r.url,
-                load=self.routed[r.url],
-                adapters=tuple(r.adapters),
-                in_use=frozenset(a for a, n in r.adapter_users.items() if n),
-                loading=frozenset(a for a, t in r.adapters.items() if t > now),
-                slots=slots,
-            )
+            r.slots.holder(url=r.url, load=self.routed[r.url], now=now)
             for r in self.ready
             if r.url not in tried
         ]
@@ -230,14 +229,7 @@ class Pool:
             policy=self.adapter_policy,
             tie=self.sequence,
         )
-        if placed is None:
-            req.dispatched = req.dispatched or now
-            self.end(req, "failed", "NoReplica", now)
-            return
-        self.routed[placed.url] += 1
-        if req.dispatched is None:
-            req.dispatched = now
-        self.by_url[placed.url].accept(req, now, mark_first_token, self.finished)
+        return None if placed is None else placed.url
 
     def scrape(self, now: float) -> None:
         """What the gateway's scraper reads from each ready replica's /metrics."""
@@ -355,7 +347,7 @@ class Pool:
         for r in self.replicas:
             if r.draining and r.idle:
                 self.rec.busy(r.busy_prefill, r.busy_decode)
-                self.rec.adapter_work(r.adapter_loads, r.adapter_evictions)
+                self.rec.adapter_work(r.slots.loads, r.slots.evictions)
                 del self.by_url[r.url]
                 del self.routed[r.url]
                 del self.loads[r.url]

@@ -11,12 +11,10 @@ its output tokens: a heap keyed by that step replaces per-sequence bookkeeping.
 Prompts opening with a cached shared prefix prefill only their remainder (an LRU of prefixes).
 KV blocks are reserved for the whole context at admission, as a conservative vLLM would.
 
-LoRA adapters, as vLLM serves them: a replica holds at most ``max_loras`` adapters in slots
-(loaded, or loading for ``adapter_load_seconds``), least recently used first. A request whose
-adapter has no slot takes one when it reaches the head of the queue (evicting the least recently
-used adapter no admitted request uses), then waits for the load; while no slot can be had it
-is skipped and later requests go ahead, as vLLM's scheduler skips them. So the running batch
-never mixes more than ``max_loras`` adapters. A base-model request never looks at any of this.
+LoRA adapters, as vLLM serves them, in ``max_loras`` slots (:mod:`tokenfleet.sim.lora`): a
+request whose adapter has no slot takes one when it reaches the head of the queue, then waits
+for the load; while no slot can be had it is skipped and later requests go ahead, as vLLM's
+scheduler skips them. A base-model request never looks at any of this.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ import heapq
 from collections.abc import Callable
 from typing import Final
 
+from tokenfleet.sim.lora import Slots
 from tokenfleet.sim.scenario import Performance
 
 INF: Final = float("inf")
@@ -108,10 +107,6 @@ class Replica:
     """A replica's engine state; ``advance`` moves it through one tick."""
 
     __slots__ = (
-        "adapter_evictions",
-        "adapter_loads",
-        "adapter_users",
-        "adapters",
         "busy_decode",
         "busy_prefill",
         "busy_window",
@@ -122,7 +117,6 @@ class Replica:
         "id",
         "in_flight",
         "kv_used",
-        "loads_due",
         "lora",
         "perf",
         "prefill",
@@ -132,6 +126,7 @@ class Replica:
         "running",
         "separate",
         "seq",
+        "slots",
         "steps",
         "url",
         "waiting",
@@ -162,12 +157,7 @@ class Replica:
         self.busy_decode = 0.0  # the rest of busy step time
         self.busy_window = 0.0  # busy seconds since the last utilisation reading
         self.clock = created  # the replica has run up to here
-        # adapter → when its load ends (past: loaded), least recently used first
-        self.adapters: collections.OrderedDict[int, float] = collections.OrderedDict()
-        self.adapter_users: dict[int, int] = {}  # admitted requests per adapter
-        self.loads_due: list[tuple[float, int]] = []  # heap of (load ends, adapter)
-        self.adapter_loads = 0
-        self.adapter_evictions = 0
+        self.slots = Slots(perf.max_loras, perf.adapter_load_seconds)
         self.lora = False  # has taken an adapter request: advance then watches for loads
 
     def accept(self, req: Request, now: float, first_token: Finish, finish: Finish) -> None:
@@ -178,8 +168,7 @@ class Replica:
         self.in_flight += 1
         if req.adapter >= 0:
             self.lora = True
-            ready = self.adapters.get(req.adapter)
-            req.adapter_hit = ADAPTER_HIT if ready is not None and ready <= now else ADAPTER_MISS
+            req.adapter_hit = ADAPTER_HIT if self.slots.has(req.adapter, now) else ADAPTER_MISS
         self.waiting.append(req)
         self._admit(now)
 
@@ -195,7 +184,7 @@ class Replica:
             if self.kv_used + context > perf.kv_cache_tokens and self.running + len(self.prefill):
                 break  # no KV room: it waits (vllm:num_requests_waiting)
             waiting.popleft()
-            if req.adapter >= 0 and not self._adapter_ready(req.adapter, now):
+            if req.adapter >= 0 and not self.slots.admit(req.adapter, now):
                 skipped.append(req)  # its adapter is loading or has no slot: later ones go on
                 continue
             self.kv_used += context
@@ -216,32 +205,6 @@ class Replica:
         if skipped:
             waiting.extendleft(reversed(skipped))
 
-    def _adapter_ready(self, adapter: int, now: float) -> bool:
-        """Whether ``adapter`` can serve a request admitted at ``now``; if it holds no slot,
-        take one (evicting the least recently used unused adapter) and start its load. Ready
-        adapters count as admitted users until their request is released."""
-        slots = self.adapters
-        ready = slots.get(adapter)
-        if ready is None:
-            perf = self.perf
-            if len(slots) >= perf.max_loras:
-                users = self.adapter_users
-                victim = next((a for a, t in slots.items() if t <= now and not users.get(a, 0)), -1)
-                if victim < 0:
-                    return False  # every slot is loading or in use: wait for one
-                del slots[victim]
-                self.adapter_evictions += 1
-            ready = now + perf.adapter_load_seconds
-            slots[adapter] = ready
-            self.adapter_loads += 1
-            if ready > now:
-                heapq.heappush(self.loads_due, (ready, adapter))
-        slots.move_to_end(adapter)
-        if ready > now:
-            return False
-        self.adapter_users[adapter] = self.adapter_users.get(adapter, 0) + 1
-        return True
-
     def advance(self, until: float, first_token: Finish, finish: Finish) -> None:
         """Run the engine from its clock to ``until``, reporting first tokens and finishes."""
         if self.lora:
@@ -256,18 +219,15 @@ class Replica:
         its waiters are admitted at once. A span is at most one load time long: a load started
         inside a span (when a finish frees a slot) then ends after it, at a span's end."""
         run = self._advance_separate if self.separate else self._advance_chunked
-        longest = self.perf.adapter_load_seconds or INF
-        due = self.loads_due
+        slots = self.slots
+        longest = slots.load_seconds or INF
         while self.clock < until:
             end = min(until, self.clock + longest)
-            if due and due[0][0] < end:
-                end = due[0][0]
+            load_end = slots.next_load_end()
+            if load_end is not None and load_end < end:
+                end = load_end
             run(end, first_token, finish)
-            loaded = False
-            while due and due[0][0] <= self.clock:
-                heapq.heappop(due)
-                loaded = True
-            if loaded and self.waiting:
+            if slots.loads_ended(self.clock) and self.waiting:
                 self._admit(self.clock)
 
     def _advance_chunked(  # noqa: PLR0912, PLR0915 - the hot loop, kept whole: calls cost here
@@ -410,7 +370,7 @@ class Replica:
         self.kv_used -= req.input + req.output
         self.in_flight -= 1
         if req.adapter >= 0:
-            self.adapter_users[req.adapter] -= 1
+            self.slots.release(req.adapter)
 
     def evict_all(self) -> list[Request]:
         """The replica died: every request it held, for the gateway to retry or fail."""
@@ -421,9 +381,7 @@ class Replica:
         self.prefilling.clear()
         self.waiting.clear()
         self.running = self.in_flight = self.kv_used = 0
-        self.adapters.clear()
-        self.adapter_users.clear()
-        self.loads_due.clear()
+        self.slots.clear()
         return held
 
     @property

@@ -78,11 +78,11 @@ def test_first_use_loads_and_the_request_waits_for_the_load() -> None:
     r, log = replica(), Log()
     first = send(r, log, request(0, adapter=7, at=0.0))
     run(r, log, 5.0)
-    assert first.adapter_hit == ADAPTER_MISS and r.adapter_loads == 1
+    assert first.adapter_hit == ADAPTER_MISS and r.slots.loads == 1
     assert LOAD <= log.first[0] < LOAD + 0.05
     again = send(r, log, request(1, adapter=7, at=5.0))
     run(r, log, 10.0)
-    assert again.adapter_hit == ADAPTER_HIT and r.adapter_loads == 1
+    assert again.adapter_hit == ADAPTER_HIT and r.slots.loads == 1
     assert log.first[1] - 5.0 < 0.05
 
 
@@ -91,14 +91,14 @@ def test_lru_eviction_order_and_reload_of_the_evicted() -> None:
     for i, (adapter, at) in enumerate([(1, 0.0), (2, 2.0), (1, 4.0)]):
         send(r, log, request(i, adapter=adapter, at=at))
         run(r, log, at + 2.0)
-    assert list(r.adapters) == [2, 1]  # 1 was used last
+    assert list(r.slots.loaded) == [2, 1]  # 1 was used last
     send(r, log, request(3, adapter=3, at=6.0))
     run(r, log, 8.0)
-    assert list(r.adapters) == [1, 3] and r.adapter_evictions == 1  # 2, least recent, went
+    assert list(r.slots.loaded) == [1, 3] and r.slots.evictions == 1  # 2, least recent, went
     back = send(r, log, request(4, adapter=2, at=8.0))
     run(r, log, 10.0)
-    assert back.adapter_hit == ADAPTER_MISS and r.adapter_loads == 4
-    assert list(r.adapters) == [3, 2] and log.first[4] >= 8.0 + LOAD
+    assert back.adapter_hit == ADAPTER_MISS and r.slots.loads == 4
+    assert list(r.slots.loaded) == [3, 2] and log.first[4] >= 8.0 + LOAD
 
 
 def test_a_batch_never_mixes_more_than_max_loras_adapters() -> None:
@@ -111,7 +111,7 @@ def test_a_batch_never_mixes_more_than_max_loras_adapters() -> None:
         t += 0.05
         run(r, log, t)
         running = {req.adapter for _, _, req in r.decoding} | {req.adapter for req in r.prefill}
-        assert len(running) <= 2 and len(r.adapters) <= 2
+        assert len(running) <= 2 and len(r.slots.loaded) <= 2
         seen = max(seen, len(running))
     assert seen == 2  # two in the batch at once: the limit is reached, not just kept
 
@@ -196,8 +196,8 @@ def placements() -> dict[str, Result]:
 
         def check(req: Request, sim: Simulation = sim) -> None:
             for r in sim.pools["base"].replicas:
-                assert len(r.adapters) <= slots
-                assert sum(1 for n in r.adapter_users.values() if n) <= slots
+                assert len(r.slots.loaded) <= slots
+                assert sum(1 for n in r.slots.users.values() if n) <= slots
 
         sim.rec.watch = check
         results[placement] = sim.run()
