@@ -5,18 +5,21 @@ Matrix: a replica's slots (load on first use, wait for the load, LRU eviction or
 an evicted adapter, at most ``max_loras`` adapters in a batch, base-model requests going ahead
 of one waiting for a slot); the traffic (Zipf popularity by rank, per-stream ids, no draw for a
 stream without adapters); the scenario (affinity beats blind on hit ratio and churn, by bounds;
-slots never exceeded); and base-model traffic unchanged (figures pinned from before adapters).
+slots never exceeded; the report's table); and base-model traffic unchanged (figures pinned from
+before adapters).
 """
 
 from __future__ import annotations
 
 import collections
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tokenfleet.cli import main as tokenfleet
 from tokenfleet.sim import traffic
 from tokenfleet.sim.engine import Simulation
 from tokenfleet.sim.replica import ADAPTER_HIT, ADAPTER_MISS, NO_ADAPTER, Replica, Request
@@ -259,3 +262,29 @@ def test_base_model_figures_as_before_adapters(
     assert got == pytest.approx(figures, rel=1e-9)
     assert result.gpu_hours == pytest.approx(gpu_hours, rel=1e-9)
     assert result.adapters == {}
+
+
+def test_the_report_prints_both_placements_side_by_side(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["simulate", str(SCENARIO), "--duration", "5", "--quiet", "--out", str(tmp_path)]
+    assert tokenfleet(argv) == 0
+    tables = capsys.readouterr().out.split("\n\n")
+    adapters = next(t for t in tables if t.startswith("adapters ")).splitlines()
+    assert "hit ratio" in adapters[0] and "loads/min" in adapters[0]
+    assert [line.split()[0] for line in adapters[1:]] == ["tokenfleet/affinity", "tokenfleet/blind"]
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert [r["adapterRouting"] for r in saved] == ["affinity", "blind"]
+    assert all(r["adapters"]["requests"] > 0 for r in saved)
+
+
+def test_a_scenario_without_adapters_runs_each_scaler_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = ROOT / "examples/05-simulations/long-context-tenant.yaml"
+    argv = ["simulate", str(plain), "--duration", "3", "--quiet", "--out", str(tmp_path)]
+    argv += ["--scaler", "tokenfleet"]
+    assert tokenfleet(argv) == 0
+    out = capsys.readouterr().out
+    assert "hit ratio" not in out and "/affinity" not in out
+    assert len(json.loads((tmp_path / "results.json").read_text())) == 1
