@@ -24,7 +24,7 @@ from tokenfleet.sim import traffic
 from tokenfleet.sim.engine import Simulation
 from tokenfleet.sim.replica import ADAPTER_HIT, ADAPTER_MISS, NO_ADAPTER, Replica, Request
 from tokenfleet.sim.result import Result
-from tokenfleet.sim.scenario import Performance, Scenario
+from tokenfleet.sim.scenario import ADAPTER_ROUTINGS, AdapterRouting, Performance, Scenario
 
 ROOT = Path(__file__).parents[3]
 LOAD = 1.0
@@ -192,9 +192,9 @@ def placements() -> dict[str, Result]:
     sc = Scenario.model_validate(yaml.safe_load(SCENARIO.read_text()))
     sc = sc.model_copy(update={"duration_seconds": 60})
     assert sc.streams[0].adapters is not None and sc.streams[0].adapters.count == 2000
-    results = {}
+    results: dict[str, Result] = {}
     slots = sc.performance.max_loras
-    for placement in ("affinity", "blind"):
+    for placement in ADAPTER_ROUTINGS:
         sim = Simulation(sc, "tokenfleet", placement)
 
         def check(req: Request, sim: Simulation = sim) -> None:
@@ -288,3 +288,52 @@ def test_a_scenario_without_adapters_runs_each_scaler_once(
     out = capsys.readouterr().out
     assert "hit ratio" not in out and "/affinity" not in out
     assert len(json.loads((tmp_path / "results.json").read_text())) == 1
+
+
+def one_adapter(rps: float, placement: AdapterRouting) -> tuple[int, int]:
+    """One adapter at ``rps`` on four replicas for 30 s: (loads, replicas holding it at the end)."""
+    sc = Scenario.model_validate(
+        {
+            "name": "one-adapter",
+            "durationSeconds": 30,
+            "seed": 3,
+            "performance": {"coldStartSeconds": 0, "maxLoras": 2, "maxNumSeqs": 64},
+            "pools": [
+                {
+                    "name": "p",
+                    "initialReplicas": 4,
+                    "spec": {
+                        "zones": {"names": ["a"], "tolerateLoss": 0},
+                        "warm": {"perZone": 0},
+                        "replicas": {"min": 4, "max": 4},
+                        "routing": {"policy": "LeastLoad"},
+                    },
+                }
+            ],
+            "streams": [
+                stream(
+                    rate=[{"at": 0, "rps": rps}],
+                    outputTokens={"mean": 200, "dist": "fixed"},
+                    adapters={"count": 1},
+                )
+            ],
+        }
+    )
+    sim = Simulation(sc, "tokenfleet", placement)
+    result = sim.run()
+    holding = sum(1 for r in sim.pools["p"].replicas if r.slots.loaded)
+    return result.adapters["loads"], holding
+
+
+@pytest.mark.parametrize(
+    ("rps", "placement", "loads", "holding"),
+    [
+        pytest.param(2, "affinity", 1, 1, id="light: affinity keeps it on one replica"),
+        pytest.param(2, "blind", 4, 4, id="light: blind loads it everywhere"),
+        pytest.param(300, "affinity", 4, 4, id="hot: affinity grows it past the bound"),
+    ],
+)
+def test_an_adapter_grows_onto_more_replicas_only_when_its_load_needs_them(
+    rps: float, placement: AdapterRouting, loads: int, holding: int
+) -> None:
+    assert one_adapter(rps, placement) == (loads, holding)
