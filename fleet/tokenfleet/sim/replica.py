@@ -175,7 +175,7 @@ class Replica:
     def _admit(self, now: float) -> None:
         perf = self.perf
         waiting = self.waiting
-        skipped: list[Request] = []
+        skipped: list[Request] | None = None  # allocated only when an adapter request must wait
         while waiting:
             req = waiting[0]
             context = req.input + req.output
@@ -185,6 +185,8 @@ class Replica:
                 break  # no KV room: it waits (vllm:num_requests_waiting)
             waiting.popleft()
             if req.adapter >= 0 and not self.slots.admit(req.adapter, now):
+                if skipped is None:
+                    skipped = []
                 skipped.append(req)  # its adapter is loading or has no slot: later ones go on
                 continue
             self.kv_used += context
@@ -202,7 +204,7 @@ class Replica:
                 heapq.heappush(self.prefilling, (done, self.seq, req))
             else:
                 self.prefill.append(req)
-        if skipped:
+        if skipped is not None:
             waiting.extendleft(reversed(skipped))
 
     def advance(self, until: float, first_token: Finish, finish: Finish) -> None:
