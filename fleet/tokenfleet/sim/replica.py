@@ -82,7 +82,7 @@ class Request:
         self.prefix_tokens = prefix_tokens
         self.zone = zone  # of the gateway replica it reached ("" → no zone preference)
         self.adapter = adapter  # LoRA adapter id, -1 for the base model
-        self.adapter_hit = NO_ADAPTER
+        self.adapter_hit = NO_ADAPTER if adapter < 0 else ADAPTER_UNSENT
         self.pool = ""
         self.dispatched: float | None = None
         self.first_token: float | None = None
@@ -95,8 +95,9 @@ class Request:
 
 Finish = Callable[[Request, float], None]
 
-#: ``Request.adapter_hit``: no adapter; its adapter was loaded where it went; it was not.
-NO_ADAPTER, ADAPTER_HIT, ADAPTER_MISS = 0, 1, 2
+#: ``Request.adapter_hit``: no adapter; its adapter was loaded where it went; it was not; it
+#: never went to a replica (shed or timed out at the gateway). The recorder keeps these codes.
+NO_ADAPTER, ADAPTER_HIT, ADAPTER_MISS, ADAPTER_UNSENT = 0, 1, 2, 3
 
 
 def mark_first_token(req: Request, at: float) -> None:

@@ -38,7 +38,8 @@ def summary_of(rows: np.ndarray[Any, Any], cols: Columns, reasons: list[str]) ->
 def adapters_of(cols: Columns, *, loads: int, evictions: int, minutes: float) -> dict[str, Any]:
     """LoRA figures: how often a request found its adapter loaded where it went (hit ratio),
     load churn, and TTFT of served requests with and without an adapter; empty without any
-    adapter request. ``adapter`` codes: 0 none, 1 found loaded, 2 not (sim.replica)."""
+    adapter request. ``adapter`` codes (sim.replica): 0 none, 1 found loaded, 2 not, 3 never
+    sent to a replica; the hit ratio is over the requests sent."""
     with_adapter = cols.adapter > 0
     requests = int(with_adapter.sum())
     if not requests:
@@ -52,11 +53,13 @@ def adapters_of(cols: Columns, *, loads: int, evictions: int, minutes: float) ->
         return float(np.percentile(values, 50)), float(np.percentile(values, 99))
 
     hits = int((cols.adapter == 1).sum())
+    sent = hits + int((cols.adapter == 2).sum())
     (a50, a99), (b50, b99) = ttft(with_adapter), ttft(~with_adapter)
     return {
         "requests": requests,
+        "sent": sent,
         "hits": hits,
-        "hit_ratio": hits / requests,
+        "hit_ratio": hits / sent if sent else 0.0,
         "loads": loads,
         "loads_per_minute": loads / minutes if minutes else 0.0,
         "evictions": evictions,

@@ -22,7 +22,14 @@ import yaml
 from tokenfleet.cli import main as tokenfleet
 from tokenfleet.sim import traffic
 from tokenfleet.sim.engine import Simulation
-from tokenfleet.sim.replica import ADAPTER_HIT, ADAPTER_MISS, NO_ADAPTER, Replica, Request
+from tokenfleet.sim.replica import (
+    ADAPTER_HIT,
+    ADAPTER_MISS,
+    ADAPTER_UNSENT,
+    NO_ADAPTER,
+    Replica,
+    Request,
+)
 from tokenfleet.sim.result import Result
 from tokenfleet.sim.scenario import ADAPTER_ROUTINGS, AdapterRouting, Performance, Scenario
 
@@ -337,3 +344,48 @@ def test_an_adapter_grows_onto_more_replicas_only_when_its_load_needs_them(
     rps: float, placement: AdapterRouting, loads: int, holding: int
 ) -> None:
     assert one_adapter(rps, placement) == (loads, holding)
+
+
+def test_adapter_requests_shed_at_the_gateway_stay_adapter_requests() -> None:
+    """Every request uses an adapter, at twice what one replica carries with a short queue:
+    the shed ones count as adapter requests never sent, not as base-model requests."""
+    sc = Scenario.model_validate(
+        {
+            "name": "overload",
+            "durationSeconds": 10,
+            "performance": {"coldStartSeconds": 0, "maxLoras": 4, "maxNumSeqs": 8},
+            "pools": [
+                {
+                    "name": "p",
+                    "initialReplicas": 1,
+                    "spec": {
+                        "zones": {"names": ["a"], "tolerateLoss": 0},
+                        "warm": {"perZone": 0},
+                        "replicas": {"min": 1, "max": 1},
+                        "admission": {
+                            "classes": [
+                                {
+                                    "name": "c",
+                                    "priority": 100,
+                                    "maxQueueDepth": 4,
+                                    "maxQueueAgeMs": 500,
+                                }
+                            ]
+                        },
+                    },
+                }
+            ],
+            "streams": [
+                stream(
+                    rate=[{"at": 0, "rps": 100}],
+                    outputTokens={"mean": 100, "dist": "fixed"},
+                    adapters={"count": 50},
+                )
+            ],
+        }
+    )
+    result = Simulation(sc, "tokenfleet", "affinity").run()
+    a = result.adapters
+    lost = result.classes["c"]["shed"] + result.classes["c"]["timed_out"]
+    assert lost > 0 and a["base_requests"] == 0 and a["requests"] == result.requests
+    assert a["sent"] == result.requests - lost and request(0, 5, 0.0).adapter_hit == ADAPTER_UNSENT
