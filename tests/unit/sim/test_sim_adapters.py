@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import collections
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -389,3 +392,31 @@ def test_adapter_requests_shed_at_the_gateway_stay_adapter_requests() -> None:
     lost = result.classes["c"]["shed"] + result.classes["c"]["timed_out"]
     assert lost > 0 and a["base_requests"] == 0 and a["requests"] == result.requests
     assert a["sent"] == result.requests - lost and request(0, 5, 0.0).adapter_hit == ADAPTER_UNSENT
+
+
+@pytest.mark.parametrize("cores", ["compiled", "interpreted"])
+def test_adapter_runs_replay_exactly_in_another_process(cores: str, tmp_path: Path) -> None:
+    """Compiled or not, with another string hash seed: the same adapter figures."""
+    env = {
+        **os.environ,
+        "PYTHONHASHSEED": "random",
+        "TOKENFLEET_NATIVE": "1" if cores == "compiled" else "0",
+    }
+    argv = [str(SCENARIO), "--duration", "10", "--quiet", "--out", str(tmp_path)]
+    run = subprocess.run(
+        [sys.executable, "-m", "tokenfleet.sim", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    there = json.loads((tmp_path / "results.json").read_text())
+    assert all(r["compiled"] is (cores == "compiled") for r in there), "run `make native`"
+    sc = Scenario.model_validate(yaml.safe_load(SCENARIO.read_text()))
+    sc = sc.model_copy(update={"duration_seconds": 10})
+    for saved, placement in zip(there, ADAPTER_ROUTINGS, strict=True):
+        here = Simulation(sc, "tokenfleet", placement).run()
+        assert saved["adapters"] == json.loads(json.dumps(here.adapters))
+        assert saved["classes"] == json.loads(json.dumps(here.classes))
