@@ -33,6 +33,8 @@ MODULES = (
     "tokenfleet.gateway.policy.admission",
     "tokenfleet.gateway.policy.fairness",
     "tokenfleet.gateway.policy.ledger",
+    "tokenfleet.gateway.policy.adapters",
+    "tokenfleet.sim.lora",
     "tokenfleet.sim.replica",
     "tokenfleet.sim.pool",
     "tokenfleet.sim.engine",

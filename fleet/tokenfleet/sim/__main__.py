@@ -1,4 +1,5 @@
-"""``tokenfleet simulate SCENARIO.yaml``: replay a scenario under each scaling policy it names.
+"""``tokenfleet simulate SCENARIO.yaml``: replay a scenario under each scaling policy it names
+(and, when its traffic uses LoRA adapters, under each adapter placement it names).
 
 Prints per-class SLO attainment, shedding, GPU-hours and cost side by side, then each run's
 details; writes ``results.json`` and ``timeline.png`` to ``--out``.
@@ -20,7 +21,7 @@ from tokenfleet.sim import report
 from tokenfleet.sim.calibrate import CalibrationError, calibrate
 from tokenfleet.sim.engine import Simulation
 from tokenfleet.sim.result import Result
-from tokenfleet.sim.scenario import SCALERS, Scenario
+from tokenfleet.sim.scenario import SCALERS, AdapterRouting, Scaler, Scenario
 
 
 def _progress(total: float, label: str) -> Callable[[float], None]:
@@ -34,6 +35,15 @@ def _progress(total: float, label: str) -> Callable[[float], None]:
         print(f"\r  {label:12} [{bar:<{width}}] {now:5.0f}/{total:.0f} s", end="", flush=True)
 
     return show
+
+
+def runs(scenario: Scenario, scalers: list[Scaler]) -> list[tuple[Scaler, AdapterRouting]]:
+    """Each scaler under each adapter placement; one placement when no stream uses adapters
+    (the placements would run the same simulation)."""
+    placements = scenario.adapter_routing
+    if not any(s.adapters for s in scenario.streams):
+        placements = placements[:1]
+    return [(scaler, placement) for scaler in scalers for placement in placements]
 
 
 def load(path: Path, profile: Path | None) -> Scenario:
@@ -68,13 +78,19 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(".tokenfleet") / "sim" / scenario.name
     print(f"{scenario.name}: {scenario.description or ''}".rstrip(": "))
     results: list[Result] = []
-    for name in names:
-        show = None if args.quiet else _progress(scenario.duration_seconds, name)
-        results.append(Simulation(scenario, name).run(show))
+    pairs = runs(scenario, names)
+    many = len({placement for _, placement in pairs}) > 1
+    for name, placement in pairs:
+        label = f"{name}/{placement}" if many else name
+        show = None if args.quiet else _progress(scenario.duration_seconds, label)
+        results.append(Simulation(scenario, name, placement).run(show))
         if not args.quiet:
             print()
     print()
     print("\n".join(report.summary(results)))
+    if table := report.adapters(results):
+        print()
+        print("\n".join(table))
     for r in results:
         print()
         print("\n".join(report.details(r)))

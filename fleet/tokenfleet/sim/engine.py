@@ -24,20 +24,25 @@ from tokenfleet.sim import scalers, traffic
 from tokenfleet.sim.pool import Pool
 from tokenfleet.sim.replica import Request, mark_first_token
 from tokenfleet.sim.result import Result
-from tokenfleet.sim.scenario import Scaler, Scenario
+from tokenfleet.sim.scenario import AdapterRouting, Scaler, Scenario
 from tokenfleet.sim.stats import Recorder
 
 DRAIN_LIMIT_SECONDS = 900.0
 
 
 class Simulation:
-    """One scenario under one scaler."""
+    """One scenario under one scaler (and one placement of LoRA requests)."""
 
-    def __init__(self, scenario: Scenario, scaler: Scaler = "tokenfleet") -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        scaler: Scaler = "tokenfleet",
+        adapter_routing: AdapterRouting = "affinity",
+    ) -> None:
         self.scenario = scenario
         self.scaler_name = scaler
         self.rng = random.Random(scenario.seed)
-        self.rec = Recorder(scenario, scaler)
+        self.rec = Recorder(scenario, scaler, adapter_routing)
         self.ids = itertools.count()
         tenants = (
             [(s.tenant, float(s.share)) for s in scenario.streams]
@@ -53,6 +58,7 @@ class Simulation:
                 rng=self.rng,
                 ids=self.ids,
                 tenants=tenants,
+                adapter_affinity=adapter_routing == "affinity",
             )
             for p in scenario.pools
         }
@@ -127,7 +133,9 @@ class Simulation:
 
     # ---- the clock -----------------------------------------------------------------------
 
-    def _arrive(self, t: float, stream: int, n_in: int, n_out: int, prefix: int) -> None:
+    def _arrive(
+        self, t: float, stream: int, n_in: int, n_out: int, prefix: int, *, adapter: int
+    ) -> None:
         name = self.stream_pool[stream] or routing.choose_pool(
             self.buckets, prompt_tokens=n_in, cls=self.stream_cls[stream]
         )
@@ -145,6 +153,7 @@ class Simulation:
             prefix=prefix,
             prefix_tokens=self.stream_prefix[stream] if prefix >= 0 else 0,
             zone=self._gateway_zone(stream),
+            adapter=adapter,
         )
         req.pool = name
         self.rec.arrived(req)
@@ -222,6 +231,7 @@ class Simulation:
         for pool in self.pools.values():
             for r in pool.replicas:
                 self.rec.busy(r.busy_prefill, r.busy_decode)
+                self.rec.adapter_work(r.slots.loads, r.slots.evictions)
         return self.rec.result(wall=time.perf_counter() - wall, cpu=time.process_time() - cpu)
 
     def _tick(self, now: float, end: float) -> None:
@@ -252,6 +262,7 @@ class Simulation:
                     second.inputs[index],
                     second.outputs[index],
                     second.prefixes[index],
+                    adapter=second.adapters[index],
                 )
                 index += 1
             self._index = index

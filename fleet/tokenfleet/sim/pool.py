@@ -4,10 +4,11 @@ The gateway side keeps the gateway's own bookkeeping, a :class:`~tokenfleet.gate
 ledger.Ledger`, and calls the product's cores exactly as ``tokenfleet.gateway.queues`` and
 ``router`` do: ``admission.admit`` for each arrival, ``admission.next_up`` whenever slots may be
 free, ``admission.expire`` for waiters past their age or deadline, and ``routing.pick`` for the
-replica with the request built by ``routing.ask``. Each request is charged to its stream's
-tenant in the ledger's fair queue, as the gateway's ``queues.Fair`` does (the simulator knows
-each request's output, so the charge needs no settling). Scaling sets replicas per zone through
-:meth:`Pool.reconcile`.
+replica with the request built by ``routing.ask`` (a LoRA request under adapter affinity:
+``adapters.place`` over every ready replica's slots instead). Each request is charged to its
+stream's tenant in the ledger's fair queue, as the gateway's ``queues.Fair`` does (the simulator
+knows each request's output, so the charge needs no settling). Scaling sets replicas per zone
+through :meth:`Pool.reconcile`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import itertools
 import random
 
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.gateway.policy import admission, fairness, prefix, routing
+from tokenfleet.gateway.policy import adapters, admission, fairness, prefix, routing
 from tokenfleet.gateway.policy.admission import ClassPolicy, PoolLoad
 from tokenfleet.gateway.policy.ledger import Ledger
 from tokenfleet.gateway.policy.rejections import Rejected
@@ -48,9 +49,11 @@ class Pool:
         rng: random.Random,
         ids: itertools.count[int],
         tenants: list[tuple[str, float]] | None = None,
+        adapter_affinity: bool = True,
     ) -> None:
         """``tenants``: per stream index, the tenant and share its requests are charged to in
-        the fair queue; None queues first come first served."""
+        the fair queue; None queues first come first served. ``adapter_affinity``: LoRA
+        requests are placed by ``adapters.place``; otherwise routed as any other request."""
         self.name, self.spec, self.perf = name, spec, perf
         self.tenants = tenants
         self.rec, self.rng, self.ids = rec, rng, ids
@@ -88,6 +91,8 @@ class Pool:
             collections.deque()
         )
         self.load = self._load()
+        self.adapter_affinity = adapter_affinity
+        self.adapter_policy = adapters.Policy()
 
     # ---- gateway view ----------------------------------------------------------------------
 
@@ -167,6 +172,21 @@ class Pool:
 
     def dispatch(self, req: Request, now: float, tried: frozenset[str] = frozenset()) -> None:
         """Route a started request to a replica (again, after its replica died unanswered)."""
+        if req.adapter >= 0 and self.adapter_affinity:
+            url = self._place_adapter(req, now, tried)
+        else:
+            url = self._route(req, now, tried)
+        if url is None:
+            req.dispatched = req.dispatched or now  # its slot is released with it
+            self.end(req, "failed", "NoReplica", now)
+            return
+        self.routed[url] += 1
+        if req.dispatched is None:
+            req.dispatched = now
+        self.by_url[url].accept(req, now, mark_first_token, self.finished)
+
+    def _route(self, req: Request, now: float, tried: frozenset[str]) -> str | None:
+        """The gateway's routing: ``routing.pick`` with the request ``routing.ask`` builds."""
         hashes = self._hashes(req) if self.prefix_aware else ()
         self.sequence += 1
         ask = routing.ask(
@@ -187,16 +207,29 @@ class Pool:
             rng=self.rng,
         )
         if choice is None:
-            req.dispatched = req.dispatched or now  # its slot is released with it
-            self.end(req, "failed", "NoReplica", now)
-            return
+            return None
         url = choice.endpoint.url
         if hashes:
             self.prefixes.record(hashes, url)
-        self.routed[url] += 1
-        if req.dispatched is None:
-            req.dispatched = now
-        self.by_url[url].accept(req, now, mark_first_token, self.finished)
+        return url
+
+    def _place_adapter(self, req: Request, now: float, tried: frozenset[str]) -> str | None:
+        """A LoRA request under adapter affinity: ``adapters.place`` over the ready replicas'
+        slots. The gateway is assumed to know them (its own loads, and what
+        vllm:lora_requests_info reports): the replicas' own state, as of their last event."""
+        self.sequence += 1
+        candidates = [
+            r.slots.holder(url=r.url, load=self.routed[r.url], now=now)
+            for r in self.ready
+            if r.url not in tried
+        ]
+        placed = adapters.place(
+            adapter=req.adapter,
+            candidates=candidates,
+            policy=self.adapter_policy,
+            tie=self.sequence,
+        )
+        return None if placed is None else placed.url
 
     def scrape(self, now: float) -> None:
         """What the gateway's scraper reads from each ready replica's /metrics."""
@@ -314,6 +347,7 @@ class Pool:
         for r in self.replicas:
             if r.draining and r.idle:
                 self.rec.busy(r.busy_prefill, r.busy_decode)
+                self.rec.adapter_work(r.slots.loads, r.slots.evictions)
                 del self.by_url[r.url]
                 del self.routed[r.url]
                 del self.loads[r.url]

@@ -10,6 +10,11 @@ its output tokens: a heap keyed by that step replaces per-sequence bookkeeping.
 
 Prompts opening with a cached shared prefix prefill only their remainder (an LRU of prefixes).
 KV blocks are reserved for the whole context at admission, as a conservative vLLM would.
+
+LoRA adapters, as vLLM serves them, in ``max_loras`` slots (:mod:`tokenfleet.sim.lora`): a
+request whose adapter has no slot takes one when it reaches the head of the queue, then waits
+for the load; while no slot can be had it is skipped and later requests go ahead, as vLLM's
+scheduler skips them. A base-model request never looks at any of this.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import heapq
 from collections.abc import Callable
 from typing import Final
 
+from tokenfleet.sim.lora import Slots
 from tokenfleet.sim.scenario import Performance
 
 INF: Final = float("inf")
@@ -28,6 +34,8 @@ class Request:
     """One request's life; times are seconds from the start (None until they happen)."""
 
     __slots__ = (
+        "adapter",
+        "adapter_hit",
         "arrival",
         "cls",
         "deadline",
@@ -61,6 +69,7 @@ class Request:
         prefix: int,
         prefix_tokens: int,
         zone: str = "",
+        adapter: int = -1,
     ) -> None:
         self.index = index
         self.stream = stream
@@ -72,6 +81,8 @@ class Request:
         self.prefix = prefix  # shared-prefix group, -1 for none
         self.prefix_tokens = prefix_tokens
         self.zone = zone  # of the gateway replica it reached ("" → no zone preference)
+        self.adapter = adapter  # LoRA adapter id, -1 for the base model
+        self.adapter_hit = NO_ADAPTER if adapter < 0 else ADAPTER_UNSENT
         self.pool = ""
         self.dispatched: float | None = None
         self.first_token: float | None = None
@@ -83,6 +94,10 @@ class Request:
 
 
 Finish = Callable[[Request, float], None]
+
+#: ``Request.adapter_hit``: no adapter; its adapter was loaded where it went; it was not; it
+#: never went to a replica (shed or timed out at the gateway). The recorder keeps these codes.
+NO_ADAPTER, ADAPTER_HIT, ADAPTER_MISS, ADAPTER_UNSENT = 0, 1, 2, 3
 
 
 def mark_first_token(req: Request, at: float) -> None:
@@ -103,6 +118,7 @@ class Replica:
         "id",
         "in_flight",
         "kv_used",
+        "lora",
         "perf",
         "prefill",
         "prefilling",
@@ -111,6 +127,7 @@ class Replica:
         "running",
         "separate",
         "seq",
+        "slots",
         "steps",
         "url",
         "waiting",
@@ -141,6 +158,8 @@ class Replica:
         self.busy_decode = 0.0  # the rest of busy step time
         self.busy_window = 0.0  # busy seconds since the last utilisation reading
         self.clock = created  # the replica has run up to here
+        self.slots = Slots(perf.max_loras, perf.adapter_load_seconds)
+        self.lora = False  # has taken an adapter request: advance then watches for loads
 
     def accept(self, req: Request, now: float, first_token: Finish, finish: Finish) -> None:
         """A request dispatched here by the gateway at ``now``: catch up to then, take it."""
@@ -148,19 +167,29 @@ class Replica:
             self.advance(now, first_token, finish)
         req.replica = self
         self.in_flight += 1
+        if req.adapter >= 0:
+            self.lora = True
+            req.adapter_hit = ADAPTER_HIT if self.slots.has(req.adapter, now) else ADAPTER_MISS
         self.waiting.append(req)
         self._admit(now)
 
     def _admit(self, now: float) -> None:
         perf = self.perf
-        while self.waiting:
-            req = self.waiting[0]
+        waiting = self.waiting
+        skipped: list[Request] | None = None  # allocated only when an adapter request must wait
+        while waiting:
+            req = waiting[0]
             context = req.input + req.output
             if self.running + len(self.prefill) + len(self.prefilling) >= perf.max_num_seqs:
-                return
+                break
             if self.kv_used + context > perf.kv_cache_tokens and self.running + len(self.prefill):
-                return  # no KV room: it waits (vllm:num_requests_waiting)
-            self.waiting.popleft()
+                break  # no KV room: it waits (vllm:num_requests_waiting)
+            waiting.popleft()
+            if req.adapter >= 0 and not self.slots.admit(req.adapter, now):
+                if skipped is None:
+                    skipped = []
+                skipped.append(req)  # its adapter is loading or has no slot: later ones go on
+                continue
             self.kv_used += context
             hit = req.prefix >= 0 and req.prefix in self.prefixes
             if hit:
@@ -176,17 +205,39 @@ class Replica:
                 heapq.heappush(self.prefilling, (done, self.seq, req))
             else:
                 self.prefill.append(req)
+        if skipped is not None:
+            waiting.extendleft(reversed(skipped))
 
-    def advance(  # noqa: PLR0912, PLR0915 - the hot loop, kept whole: calls cost here
+    def advance(self, until: float, first_token: Finish, finish: Finish) -> None:
+        """Run the engine from its clock to ``until``, reporting first tokens and finishes."""
+        if self.lora:
+            self._advance_lora(until, first_token, finish)
+        elif self.separate:
+            self._advance_separate(until, first_token, finish)
+        else:
+            self._advance_chunked(until, first_token, finish)
+
+    def _advance_lora(self, until: float, first_token: Finish, finish: Finish) -> None:
+        """``advance`` for a replica serving adapters: in spans that end where a load does, so
+        its waiters are admitted at once. A span is at most one load time long: a load started
+        inside a span (when a finish frees a slot) then ends after it, at a span's end."""
+        run = self._advance_separate if self.separate else self._advance_chunked
+        slots = self.slots
+        longest = slots.load_seconds or INF
+        while self.clock < until:
+            end = min(until, self.clock + longest)
+            load_end = slots.next_load_end()
+            if load_end is not None and load_end < end:
+                end = load_end
+            run(end, first_token, finish)
+            if slots.loads_ended(self.clock) and self.waiting:
+                self._admit(self.clock)
+
+    def _advance_chunked(  # noqa: PLR0912, PLR0915 - the hot loop, kept whole: calls cost here
         self, until: float, first_token: Finish, finish: Finish
     ) -> None:
-        """Run the engine from its clock to ``until``, reporting first tokens and finishes.
-
-        The hot loop of the simulator: locals instead of attributes, one event per iteration.
-        """
-        if self.separate:
-            self._advance_separate(until, first_token, finish)
-            return
+        """``advance`` for vLLM's chunked prefill. The hot loop of the simulator: locals
+        instead of attributes, one event per iteration."""
         t = self.clock
         self.clock = until
         if until <= t or not self.in_flight:
@@ -321,6 +372,8 @@ class Replica:
     def _release(self, req: Request) -> None:
         self.kv_used -= req.input + req.output
         self.in_flight -= 1
+        if req.adapter >= 0:
+            self.slots.release(req.adapter)
 
     def evict_all(self) -> list[Request]:
         """The replica died: every request it held, for the gateway to retry or fail."""
@@ -331,6 +384,7 @@ class Replica:
         self.prefilling.clear()
         self.waiting.clear()
         self.running = self.in_flight = self.kv_used = 0
+        self.slots.clear()
         return held
 
     @property

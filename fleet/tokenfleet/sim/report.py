@@ -24,7 +24,7 @@ def summary(results: Sequence[Result]) -> list[str]:
     head += f" {'$/M in':>7} {'$/M out':>7}"
     lines = [head]
     for r in results:
-        row = f"{r.scaler:20}" + "".join(
+        row = f"{r.label:20}" + "".join(
             f" {_pct(r.classes[c]['within_slo']) if c in r.classes else '-':>16}" for c in classes
         )
         lost = ", ".join(
@@ -37,11 +37,30 @@ def summary(results: Sequence[Result]) -> list[str]:
     return lines
 
 
+def adapters(results: Sequence[Result]) -> list[str]:
+    """One row per run with LoRA requests: hit ratio, load churn, TTFT with and without."""
+    runs = [r for r in results if r.adapters]
+    if not runs:
+        return []
+    lines = [
+        f"{'adapters':20} {'requests':>10} {'hit ratio':>9} {'loads':>8} {'loads/min':>9} "
+        f"{'evictions':>9} {'TTFT p50':>8} {'TTFT p99':>8} {'base p50':>8} {'base p99':>8}"
+    ]
+    for r in runs:
+        a = r.adapters
+        lines.append(
+            f"{r.label:20} {a['requests']:10,} {_pct(a['hit_ratio']):>9} {a['loads']:8,} "
+            f"{a['loads_per_minute']:9,.1f} {a['evictions']:9,} {a['ttft_p50']:8.3f} "
+            f"{a['ttft_p99']:8.3f} {a['base_ttft_p50']:8.3f} {a['base_ttft_p99']:8.3f}"
+        )
+    return lines
+
+
 def details(result: Result) -> list[str]:
     """Per class and per tenant: outcomes, reasons, latency."""
     cores = "compiled cores" if result.compiled else "interpreted: `make native` compiles"
     lines = [
-        f"{result.scaler}: {result.requests:,} requests in {result.cpu_seconds:.1f} s CPU "
+        f"{result.label}: {result.requests:,} requests in {result.cpu_seconds:.1f} s CPU "
         f"({result.speed:,.0f} requests/s simulated; {result.wall_seconds:.1f} s wall; {cores})"
     ]
     head = (
@@ -69,6 +88,8 @@ def save_json(results: Sequence[Result], path: Path) -> None:
         return {
             "scenario": r.scenario,
             "scaler": r.scaler,
+            "adapterRouting": r.adapter_routing,
+            "adapters": r.adapters,
             "requests": r.requests,
             "simulatedSeconds": r.simulated_seconds,
             "cpuSeconds": r.cpu_seconds,
@@ -102,12 +123,12 @@ def plot(results: Sequence[Result], offered: dict[str, list[float]], path: Path)
     for r in results:
         for cls, share in r.attainment.items():
             slo.plot(
-                range(len(share)), [100 * x for x in share], label=f"{r.scaler} {cls}", linewidth=1
+                range(len(share)), [100 * x for x in share], label=f"{r.label} {cls}", linewidth=1
             )
         holding = [sum(v) for v in zip(*(t["holding"] for t in r.timeline.values()), strict=False)]
-        replicas.plot(range(len(holding)), holding, label=r.scaler)
+        replicas.plot(range(len(holding)), holding, label=r.label)
         oldest = [max(v) for v in zip(*(t["oldest"] for t in r.timeline.values()), strict=False)]
-        queue.plot(range(len(oldest)), oldest, label=r.scaler, linewidth=1)
+        queue.plot(range(len(oldest)), oldest, label=r.label, linewidth=1)
     slo.set_ylabel("% within SLO")
     slo.set_ylim(0, 101)
     slo.legend(fontsize=7, ncol=2, loc="lower left")

@@ -17,6 +17,10 @@ from tokenfleet.api.pool import InferencePoolSpec
 
 Scaler = Literal["tokenfleet", "hpa-cpu", "keda-queue", "static-peak", "oracle"]
 SCALERS: tuple[Scaler, ...] = ("tokenfleet", "hpa-cpu", "keda-queue", "static-peak", "oracle")
+#: How the gateway places LoRA requests: ``affinity`` is ``policy.adapters.place``; ``blind`` is
+#: the pool's routing policy ignoring adapters (the replica loads whatever lands on it).
+AdapterRouting = Literal["affinity", "blind"]
+ADAPTER_ROUTINGS: tuple[AdapterRouting, ...] = ("affinity", "blind")
 
 
 class Tokens(Model):
@@ -55,6 +59,22 @@ class SharedPrefix(Model):
     tokens: int = Field(default=512, ge=1, description="Prefix length in tokens.")
 
 
+class Adapters(Model):
+    """Requests that each use one of many LoRA adapters on the shared base model."""
+
+    count: int = Field(ge=1, le=1_000_000, description="Distinct adapters (the stream's own).")
+    zipf: float = Field(
+        default=1.0,
+        ge=0,
+        le=5,
+        description="Popularity exponent s: the k-th most popular adapter is drawn with "
+        "probability proportional to 1/k^s (0: uniform).",
+    )
+    share: float = Field(
+        default=1.0, ge=0, le=1, description="Fraction of requests that use an adapter."
+    )
+
+
 class RatePoint(Model):
     """Offered requests per second at a time; rates are linear between points."""
 
@@ -86,6 +106,9 @@ class Stream(Model):
         default_factory=list,
         description="Zones of the gateway replicas its clients reach, in turn; routing then "
         "prefers replicas in the request's zone (routing.zoneWeight). Empty: no zone preference.",
+    )
+    adapters: Adapters | None = Field(
+        default=None, description="LoRA adapters its requests use; none: the base model."
     )
 
     def rps(self, t: float) -> float:
@@ -129,6 +152,20 @@ class Performance(Model):
         default=120.0, ge=0, description="From scheduling a replica to Ready (weights, warm-up)."
     )
     gpus: int = Field(default=1, ge=1, description="GPUs per replica, for GPU-hours and cost.")
+    max_loras: int = Field(
+        default=1,
+        ge=1,
+        description="LoRA adapters a replica holds at once (vLLM's --max-loras, default 1): "
+        "a batch mixes at most this many, and a new one evicts the least recently used.",
+    )
+    adapter_load_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="Loading one adapter into a slot. An assumption: a rank-16 adapter of an "
+        "8B model is ~84 MB (tens of ms from local NVMe); vLLM's load path (parse, validate, "
+        "copy into the GPU's stacked buffers) dominates. Measure yours with "
+        "/v1/load_lora_adapter.",
+    )
     request_overhead_seconds: float = Field(
         default=0.0,
         ge=0,
@@ -196,6 +233,11 @@ class Scenario(Model):
     scalers: list[Scaler] = Field(
         default_factory=lambda: list[Scaler](["tokenfleet"]),
         description="Policies to compare, each a run.",
+    )
+    adapter_routing: list[AdapterRouting] = Field(
+        default_factory=lambda: list[AdapterRouting](["affinity"]),
+        description="Adapter placements to compare, each a run with each scaler (only "
+        "scenarios whose streams carry adapters see a difference).",
     )
 
     @model_validator(mode="after")

@@ -10,11 +10,11 @@ import numpy as np
 
 from tokenfleet import native
 from tokenfleet.sim.replica import Request
-from tokenfleet.sim.result import OUTCOMES, Columns, Result, summary_of
+from tokenfleet.sim.result import OUTCOMES, Columns, Result, adapters_of, summary_of
 from tokenfleet.sim.scenario import Scenario
 
 OUTCOME_CODES = {o: i for i, o in enumerate(OUTCOMES)}
-INT_COLUMNS = ("stream", "outcome", "reason", "met", "input", "output", "second")
+INT_COLUMNS = ("stream", "outcome", "reason", "met", "input", "output", "second", "adapter")
 FLOAT_COLUMNS = ("ttft", "itl")
 
 
@@ -25,9 +25,10 @@ class Recorder:
     by class and tenant happens once, at the end, in numpy.
     """
 
-    def __init__(self, scenario: Scenario, scaler: str) -> None:
+    def __init__(self, scenario: Scenario, scaler: str, adapter_routing: str = "affinity") -> None:
         self.scenario = scenario
         self.scaler = scaler
+        self.adapter_routing = adapter_routing
         self.slo = [
             (scenario.slo_of(s.cls).ttft_seconds, scenario.slo_of(s.cls).inter_token_seconds)
             for s in scenario.streams
@@ -42,6 +43,8 @@ class Recorder:
         self.gpu_seconds = 0.0
         self.prefill_seconds = 0.0
         self.decode_seconds = 0.0
+        self.adapter_loads = 0
+        self.adapter_evictions = 0
         self.open = 0
         self.total = 0
         self.watch: Callable[[Request], None] | None = None  # hears every ended request (tests)
@@ -66,7 +69,9 @@ class Recorder:
             met = 1 if ttft <= slo_ttft and itl <= slo_itl else 0
         reason = self.reasons.setdefault(req.reason, len(self.reasons))
         second = int(req.arrival)
-        self.ints.extend((req.stream, outcome, reason, met, req.input, req.output, second))
+        self.ints.extend(
+            (req.stream, outcome, reason, met, req.input, req.output, second, req.adapter_hit)
+        )
         self.floats.extend((ttft, itl))
 
     def sample(self, second: int, pool: str, **values: float) -> None:
@@ -78,6 +83,10 @@ class Recorder:
     def busy(self, prefill: float, decode: float) -> None:
         self.prefill_seconds += prefill
         self.decode_seconds += decode
+
+    def adapter_work(self, loads: int, evictions: int) -> None:
+        self.adapter_loads += loads
+        self.adapter_evictions += evictions
 
     def columns(self) -> Columns:
         ints = np.frombuffer(self.ints, dtype=np.int64).reshape(-1, len(INT_COLUMNS))
@@ -133,4 +142,11 @@ class Recorder:
             cost_per_million_output=cost * (1 - share_in) / served_out * 1e6 if served_out else 0.0,
             timeline={p: dict(v) for p, v in self.timeline.items()},
             attainment=attainment,
+            adapter_routing=self.adapter_routing,
+            adapters=adapters_of(
+                cols,
+                loads=self.adapter_loads,
+                evictions=self.adapter_evictions,
+                minutes=sc.duration_seconds / 60,
+            ),
         )

@@ -2,6 +2,8 @@
 
 numpy draws whole seconds at once (cheap); the engine walks them in time order. Each stream has
 its own generator seeded from the scenario's seed, so adding a stream does not change others.
+A stream's adapters are drawn after its other figures, so a stream without them draws exactly
+what it drew before adapters existed.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenfleet.sim.scenario import Scenario, Tokens
+from tokenfleet.sim.scenario import Adapters, Scenario, Tokens
+
+#: Adapter ids are per stream (as prefix groups are): stream i's adapters are i x this + rank.
+ADAPTER_OFFSET = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +29,8 @@ class Second:
     inputs: list[int]
     outputs: list[int]
     prefixes: list[int]
+    adapters: list[int]
+    """-1 for the base model."""
 
 
 def _draw(rng: np.random.Generator, tokens: Tokens, n: int) -> np.ndarray:
@@ -38,9 +45,26 @@ def _draw(rng: np.random.Generator, tokens: Tokens, n: int) -> np.ndarray:
     return np.clip(values, 1, tokens.max).astype(np.int64)
 
 
+def popularity(adapters: Adapters) -> np.ndarray:
+    """The cumulative Zipf distribution over adapter ranks 0..count-1 (rank 0 most popular)."""
+    weights = np.arange(1, adapters.count + 1, dtype=np.float64) ** -adapters.zipf
+    cdf: np.ndarray = np.cumsum(weights)
+    cdf /= cdf[-1]
+    return cdf
+
+
+def _adapters(rng: np.random.Generator, adapters: Adapters, cdf: np.ndarray, n: int) -> np.ndarray:
+    drawn = np.searchsorted(cdf, rng.uniform(0.0, 1.0, n), side="right").astype(np.int64)
+    drawn = np.minimum(drawn, adapters.count - 1)  # a draw of exactly 1.0 (never, but bounded)
+    if adapters.share < 1.0:
+        drawn[rng.uniform(0.0, 1.0, n) >= adapters.share] = -1
+    return drawn
+
+
 def seconds(scenario: Scenario) -> Iterator[Second]:
     """Every second of offered load, from 0 to the scenario's duration."""
     gens = [np.random.default_rng([scenario.seed, i]) for i, _ in enumerate(scenario.streams)]
+    cdfs = [popularity(s.adapters) if s.adapters else None for s in scenario.streams]
     for start in range(math.ceil(scenario.duration_seconds)):
         span = min(1.0, scenario.duration_seconds - start)
         parts = []
@@ -56,6 +80,11 @@ def seconds(scenario: Scenario) -> Iterator[Second]:
                 prefix[shared] = rng.integers(0, s.shared_prefix.groups, int(shared.sum()))
                 # prefix groups are per stream: offset so streams never share one by accident
                 prefix[shared] += i * 1_000_000
+            adapter = np.full(n, -1, dtype=np.int64)
+            cdf = cdfs[i]
+            if s.adapters is not None and cdf is not None:
+                adapter = _adapters(rng, s.adapters, cdf, n)
+                adapter[adapter >= 0] += i * ADAPTER_OFFSET
             parts.append(
                 (
                     times,
@@ -63,12 +92,13 @@ def seconds(scenario: Scenario) -> Iterator[Second]:
                     _draw(rng, s.input_tokens, n),
                     _draw(rng, s.output_tokens, n),
                     prefix,
+                    adapter,
                 )
             )
         if not parts:
-            yield Second([], [], [], [], [])
+            yield Second([], [], [], [], [], [])
             continue
-        times, streams, inputs, outputs, prefixes = (
+        times, streams, inputs, outputs, prefixes, adapters = (
             np.concatenate(c) for c in zip(*parts, strict=True)
         )
         order = np.argsort(times, kind="stable")
@@ -78,4 +108,5 @@ def seconds(scenario: Scenario) -> Iterator[Second]:
             inputs[order].tolist(),
             outputs[order].tolist(),
             prefixes[order].tolist(),
+            adapters[order].tolist(),
         )
