@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from support.cluster import Cluster, namespace, scraped, start_stack, stop_stack
-from support.gateway import free_port
+from support.gateway import Redis, free_port
 from support.operator import running_operator, service_account_kubeconfig
 
 
@@ -22,6 +22,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     yield running
     leftovers = stop_stack(running)
     assert not leftovers, f"processes left behind by the stack: {leftovers}"
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
+    """A real redis-server for one module (modules that need a fresh one per test define their
+    own)."""
+    r = Redis(port=free_port(), log=Path(tmp_path_factory.mktemp("redis")) / "redis.log")
+    r.start()
+    yield r
+    r.kill()
 
 
 @pytest.fixture

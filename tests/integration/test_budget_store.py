@@ -8,26 +8,14 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-
-from support.gateway import Redis, free_port
+from support.gateway import Redis
 from tokenfleet.api import budget
 from tokenfleet.api.tenant import Budget
 from tokenfleet.gateway.budget_store import BudgetStore
 
 NOW = datetime.datetime(2026, 12, 1, 11, 0, tzinfo=datetime.UTC)
 _tenants = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
-    r = Redis(port=free_port(), log=Path(tmp_path_factory.mktemp("redis")) / "redis.log")
-    r.start()
-    yield r
-    r.kill()
 
 
 def _tenant() -> str:

@@ -11,26 +11,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from support.gateway import Redis, free_port
+from support.gateway import Redis
 from tokenfleet.gateway import redis_client
 from tokenfleet.gateway.policy import leases, quotas
 from tokenfleet.gateway.policy.rejections import Rejected
 from tokenfleet.gateway.quota_store import HOUSEKEEPING_SECONDS, QuotaStore, Reservation
 
 _tenants = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
-    r = Redis(port=free_port(), log=Path(tmp_path_factory.mktemp("redis")) / "redis.log")
-    r.start()
-    yield r
-    r.kill()
 
 
 def tenant() -> str:

@@ -14,27 +14,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support.gateway import Redis, free_port
+from support.gateway import Redis
 from tokenfleet.gateway import redis_client
 from tokenfleet.gateway.policy import quotas
 
 DAY = quotas.SECONDS_PER_DAY
 _tenants = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
-    r = Redis(port=free_port(), log=Path(tmp_path_factory.mktemp("redis")) / "redis.log")
-    r.start()
-    yield r
-    r.kill()
 
 
 @dataclasses.dataclass(frozen=True)

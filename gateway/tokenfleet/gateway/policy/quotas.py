@@ -60,26 +60,17 @@ class Limits:
         ]
 
 
-# Redis keys (KEYS): rpm bucket, tpm bucket (hashes: level, at), tpd counter, concurrency counter.
-# ARGV: op ("reserve" | "settle"), tokens, refund_tokens, rpm, tpm, tpd, conc, day_seconds_left,
-# and optionally the clock in seconds (tests replay the script against Buckets with it; the
-# gateway leaves it out, so every replica reads Redis's one clock).
-# reserve → {1, 0, ""} or {0, retry_after_ms, reason}; settle → {1, 0, ""}.
-# Levels are stored with 17 significant digits, so a stored double reads back bit-exact and the
-# script's arithmetic equals Buckets' to the last bit (tests/integration/test_quota_script.py).
-LUA = """
+def _prelude(clock_arg: int) -> str:
+    """The scripts' common start: ``now`` (the test-only clock in ARGV[clock_arg], else Redis's
+    TIME), and a token bucket's refilled level and its exact store."""
+    return f"""
 local now
-if ARGV[9] then
-  now = tonumber(ARGV[9])
+if ARGV[{clock_arg}] then
+  now = tonumber(ARGV[{clock_arg}])
 else
   local now_s, now_us = unpack(redis.call('TIME'))
   now = tonumber(now_s) + tonumber(now_us) / 1e6
 end
-local op, tokens, refund = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local rpm, tpm = tonumber(ARGV[4]), tonumber(ARGV[5])
-local tpd, conc = tonumber(ARGV[6]), tonumber(ARGV[7])
-local day_left = tonumber(ARGV[8])
-
 local function level(key, cap)
   local state = redis.call('HMGET', key, 'level', 'at')
   local lvl, at = tonumber(state[1]), tonumber(state[2])
@@ -91,6 +82,23 @@ local function store(key, lvl)
   redis.call('HSET', key, 'level', string.format(exact, lvl), 'at', string.format(exact, now))
   redis.call('EXPIRE', key, 120)
 end
+"""
+
+
+# Redis keys (KEYS): rpm bucket, tpm bucket (hashes: level, at), tpd counter, concurrency counter.
+# ARGV: op ("reserve" | "settle"), tokens, refund_tokens, rpm, tpm, tpd, conc, day_seconds_left,
+# and optionally the clock in seconds (tests replay the script against Buckets with it; the
+# gateway leaves it out, so every replica reads Redis's one clock).
+# reserve → {1, 0, ""} or {0, retry_after_ms, reason}; settle → {1, 0, ""}.
+# Levels are stored with 17 significant digits, so a stored double reads back bit-exact and the
+# script's arithmetic equals Buckets' to the last bit (tests/integration/test_quota_script.py).
+LUA = (
+    _prelude(9)
+    + """
+local op, tokens, refund = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local rpm, tpm = tonumber(ARGV[4]), tonumber(ARGV[5])
+local tpd, conc = tonumber(ARGV[6]), tonumber(ARGV[7])
+local day_left = tonumber(ARGV[8])
 
 if op == 'settle' then
   if tpm >= 0 then store(KEYS[2], level(KEYS[2], tpm) + refund) end
@@ -129,6 +137,7 @@ if conc >= 0 then
 end
 return {1, 0, ''}
 """
+)
 
 
 # Leases (tokenfleet.gateway.policy.leases): one replica takes a share of the RPM, TPM and TPD
@@ -138,31 +147,15 @@ return {1, 0, ''}
 # reserve does — and up to the extras more, as far as the balances reach: {1, requests granted,
 # tokens granted} or {0, retry_after_ms, reason}. return gives (requests, tokens) back (negative
 # tokens: charges them): {1, 0, 0}.
-LEASE_LUA = """
-local now
-if ARGV[10] then
-  now = tonumber(ARGV[10])
-else
-  local now_s, now_us = unpack(redis.call('TIME'))
-  now = tonumber(now_s) + tonumber(now_us) / 1e6
-end
+LEASE_LUA = (
+    _prelude(10)
+    + """
 local op = ARGV[1]
 local requests, tokens = tonumber(ARGV[2]), tonumber(ARGV[3])
 local extra_requests, extra_tokens = tonumber(ARGV[4]), tonumber(ARGV[5])
 local rpm, tpm, tpd = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local day_left = tonumber(ARGV[9])
 
-local function level(key, cap)
-  local state = redis.call('HMGET', key, 'level', 'at')
-  local lvl, at = tonumber(state[1]), tonumber(state[2])
-  if lvl == nil then return cap end
-  return math.min(cap, lvl + (now - at) * cap / 60.0)
-end
-local function store(key, lvl)
-  local exact = '%.17g'
-  redis.call('HSET', key, 'level', string.format(exact, lvl), 'at', string.format(exact, now))
-  redis.call('EXPIRE', key, 120)
-end
 local function count_day(delta)
   redis.call('INCRBY', KEYS[3], delta)
   redis.call('EXPIRE', KEYS[3], day_left + 60)
@@ -197,6 +190,7 @@ if tpm >= 0 and granted_tokens ~= 0 then store(KEYS[2], t - granted_tokens) end
 if tpd >= 0 and granted_tokens ~= 0 then count_day(granted_tokens) end
 return {1, granted_requests, granted_tokens}
 """
+)
 
 
 def keys(tenant: str, day: int) -> list[str]:
