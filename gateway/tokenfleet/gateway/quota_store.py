@@ -139,11 +139,10 @@ class QuotaStore:
             return
         refund = reservation.tokens - used_tokens
         if reservation.leased:
-            lease = self._leases.get(reservation.tenant)
-            if lease is None or lease.limits != reservation.limits:  # given back meanwhile
-                lease = self._leases.setdefault(
-                    reservation.tenant, leases.Lease(limits=reservation.limits)
-                )
+            # into the tenant's lease as it is now (a new one if it was given back meanwhile)
+            lease = self._leases.setdefault(
+                reservation.tenant, leases.Lease(limits=reservation.limits)
+            )
             lease.settle(refund, time.monotonic())
             return
         if reservation.local:
@@ -184,7 +183,7 @@ class QuotaStore:
             await self._give_back(lambda held: held is lease)
             lease = None
         if lease is None:
-            lease = self._leases.setdefault(tenant, leases.Lease(limits=limits))
+            lease = self._leases[tenant] = leases.Lease(limits=limits)
         reservation = Reservation(tenant=tenant, limits=limits, tokens=tokens, local=False)
         reservation.leased = True
         if lease.take(tokens, now):
