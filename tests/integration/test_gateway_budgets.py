@@ -20,7 +20,6 @@ from support.gateway import (
     Gateway,
     Redis,
     Sim,
-    free_port,
     key_hash,
     ledger_entries,
     running,
@@ -40,14 +39,6 @@ MESSAGES: Any = [{"role": "user", "content": "Say something about budgets."}]
 @pytest.fixture(scope="module")
 def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("gw-budgets")
-
-
-@pytest.fixture(scope="module")
-def redis(tmp: Path) -> Iterator[Redis]:
-    r = Redis(port=free_port(), log=tmp / "redis.log")
-    r.start()
-    yield r
-    r.kill()
 
 
 @pytest.fixture(scope="module")

@@ -44,14 +44,6 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def redis(tmp: Path) -> Iterator[Redis]:
-    r = Redis(port=free_port(), log=tmp / "redis.log")
-    r.start()
-    yield r
-    r.kill()
-
-
-@pytest.fixture(scope="module")
 def sims(tmp: Path) -> Iterator[dict[str, Sim]]:
     """Revision r1 (all traffic) and r2 (none, reachable by pin) of model m, and model plain."""
     out = {

@@ -48,14 +48,6 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def redis(tmp: Path) -> Iterator[Redis]:
-    r = Redis(port=free_port(), log=tmp / "redis.log")
-    r.start()
-    yield r
-    r.kill()
-
-
-@pytest.fixture(scope="module")
 def fast(tmp: Path) -> Iterator[Sim]:
     s = start_sim(tmp, "m", "--max-num-seqs", "16", "--inter-token-latency", "1ms")
     yield s

@@ -140,7 +140,8 @@ def test_a_replica_that_dies_loses_at_most_its_share(redis: Redis) -> None:
         name = tenant()
         dead = QuotaStore(url=redis.url, failure="open", replicas=1)
         assert await serve(dead, name, limits, tokens=500, used=500)
-        dead._housekeeping.cancel() if dead._housekeeping else None  # it never runs again
+        if dead._housekeeping is not None:
+            dead._housekeeping.cancel()  # it never runs again
         await asyncio.sleep(leases.SHARE_OF_LIMIT * 60 * leases.REQUESTS_PER_LEASE / 60 + 0.5)
         requests, _, today = await levels(redis.url, name, limits)
         return requests, today
