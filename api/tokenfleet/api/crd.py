@@ -20,6 +20,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema, to_jsonable_python
 
 from tokenfleet.api import base
+from tokenfleet.api.adapter import ModelAdapter
 from tokenfleet.api.deployment import ModelDeployment
 from tokenfleet.api.pool import InferencePool
 from tokenfleet.api.tenant import Tenant
@@ -115,6 +116,35 @@ KINDS: tuple[Kind, ...] = (
                 priority=1,
             ),
             _ready("Verified"),
+            _age(),
+        ),
+    ),
+    Kind(
+        kind="ModelAdapter",
+        plural="modeladapters",
+        short_names=("tfadapter", "tfadapters"),
+        model=ModelAdapter,
+        columns=(
+            Column(name="Name", json_path=".spec.servedName", description="Served adapter name."),
+            Column(name="Base", json_path=".spec.base", description="Base ModelDeployment."),
+            _ready("Verified"),
+            Column(
+                name="Reason",
+                json_path=".status.reason",
+                description="Verification verdict.",
+            ),
+            Column(
+                name="Loaded",
+                json_path=".status.loadedReplicas",
+                type="integer",
+                description="Replicas that have it loaded now.",
+            ),
+            Column(
+                name="Requests",
+                json_path=".status.requestsServed",
+                type="integer",
+                description="Requests served with it.",
+            ),
             _age(),
         ),
     ),

@@ -332,6 +332,30 @@ class ResponseCache(Model):
     )
 
 
+class AdapterPolicy(Model):
+    """How this deployment's workers take ModelAdapters (needs engine.lora)."""
+
+    trust: TrustPolicy | None = Field(
+        default=None,
+        description="Who may sign adapters served here; unset: the model artifact's own trust.",
+    )
+    spill_above: int = Field(
+        default=8,
+        ge=0,
+        le=10_000,
+        description="A replica holding an adapter is preferred while its load is at most this "
+        "many requests above the least-loaded replica's; beyond it the adapter is loaded on one "
+        "more replica.",
+    )
+    load_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="How long a request waits for its adapter to be verified and loaded before "
+        "it is answered 503.",
+    )
+
+
 class ModelDeploymentSpec(Model):
     """Desired model serving."""
 
@@ -341,7 +365,12 @@ class ModelDeploymentSpec(Model):
                 "!has(self.fallback) || (self.fallback.model != self.model.name && "
                 "!(self.fallback.model in self.model.aliases))",
                 "fallback.model must name another model, not this one or its aliases",
-            )
+            ),
+            cel(
+                "!has(self.adapters) || has(self.engine.lora)",
+                "adapters: serving ModelAdapters needs engine.lora (vLLM's --enable-lora and its "
+                "slot limits)",
+            ),
         )
     )
 
@@ -360,6 +389,10 @@ class ModelDeploymentSpec(Model):
         default_factory=ResponseCache,
         description="Serve repeated deterministic requests from the gateway's cache.",
     )
+    adapters: AdapterPolicy | None = Field(
+        default=None,
+        description="Serve ModelAdapters (LoRA) on this deployment's workers; needs engine.lora.",
+    )
 
     @model_validator(mode="after")
     def _mirror_cel(self) -> ModelDeploymentSpec:
@@ -373,6 +406,17 @@ class ModelDeploymentSpec(Model):
             ),
             (weights != sorted(set(weights)), "rollout.steps: weights must be strictly ascending"),
             (self.rollout.abort and self.rollout.promote, "abort and promote both true"),
+            (
+                self.adapters is not None and self.engine.lora is None,
+                "adapters: serving ModelAdapters needs engine.lora",
+            ),
+            (
+                self.adapters is not None
+                and self.adapters.trust is not None
+                and (self.adapters.trust.public_key is None)
+                == (self.adapters.trust.sigstore is None),
+                "adapters.trust: set exactly one trust method",
+            ),
             (
                 self.fallback is not None
                 and self.fallback.model in (self.model.name, *self.model.aliases),
