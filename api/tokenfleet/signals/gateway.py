@@ -30,3 +30,10 @@ RESPONSE_CACHE_MISSES = "tokenfleet_gateway_response_cache_misses_total"  # mode
 RESPONSE_CACHE_STORES = "tokenfleet_gateway_response_cache_stores_total"  # model
 RESPONSE_CACHE_ERRORS = "tokenfleet_gateway_response_cache_errors_total"  # model, op (get, put)
 RESPONSE_CACHE_SKIPS = "tokenfleet_gateway_response_cache_skips_total"  # model, reason
+# LoRA adapters (docs/adapters.md). ``adapter`` is the served adapter name, ``namespace`` its
+# ModelAdapter's namespace, ``pod`` a worker pod's name.
+ADAPTER_REQUESTS = "tokenfleet_gateway_adapter_requests_total"  # namespace, adapter, placement
+ADAPTER_LOADS = "tokenfleet_gateway_adapter_loads_total"  # namespace, adapter, outcome
+ADAPTER_EVICTIONS = "tokenfleet_gateway_adapter_evictions_total"  # namespace, adapter
+ADAPTER_LOADED = "tokenfleet_gateway_adapter_loaded"  # namespace, adapter, pod: 1 while loaded
+ADAPTER_LOAD_SECONDS = "tokenfleet_gateway_adapter_load_seconds"  # (histogram) verify + load

@@ -18,6 +18,9 @@ PROMPT_TOKENS = ("vllm:prompt_tokens_total",)
 GENERATION_TOKENS = ("vllm:generation_tokens_total",)
 PREEMPTIONS = ("vllm:num_preemptions_total",)
 REQUEST_SUCCESS = ("vllm:request_success_total",)
+#: An info gauge: labels running_lora_adapters / waiting_lora_adapters (comma-separated names)
+#: and max_lora; its value is the time of the observation, so the newest sample is current.
+LORA_REQUESTS_INFO = ("vllm:lora_requests_info",)
 
 
 def first_present(samples: dict[str, float], names: tuple[str, ...]) -> float | None:
