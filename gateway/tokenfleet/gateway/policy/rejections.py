@@ -33,6 +33,10 @@ class Reason(enum.StrEnum):
     QUOTA_BACKEND_DOWN = "quota_backend_unavailable"
     UPSTREAM_ERROR = "upstream_error"
     UPSTREAM_TIMEOUT = "upstream_timeout"
+    ADAPTER_PENDING = "adapter_not_verified"
+    ADAPTER_REFUSED = "adapter_refused"
+    ADAPTER_LOAD_TIMEOUT = "adapter_load_timeout"
+    ADAPTER_LOAD_FAILED = "adapter_load_failed"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -66,6 +70,13 @@ STATUS: dict[Reason, Mapping] = {
     Reason.UPSTREAM_ERROR: Mapping(502, "upstream_error"),
     Reason.DEADLINE_EXCEEDED: Mapping(504, "timeout"),
     Reason.UPSTREAM_TIMEOUT: Mapping(504, "timeout"),
+    # LoRA adapters (policy.adapter_access, adapter_slots): the adapter, not the request, is at
+    # fault; pending and a load timeout carry Retry-After, a refusal does not (its owner must
+    # fix the artifact), a load the worker could not do is the worker's failure
+    Reason.ADAPTER_PENDING: Mapping(503, "service_unavailable"),
+    Reason.ADAPTER_REFUSED: Mapping(503, "service_unavailable"),
+    Reason.ADAPTER_LOAD_TIMEOUT: Mapping(503, "service_unavailable"),
+    Reason.ADAPTER_LOAD_FAILED: Mapping(502, "upstream_error"),
 }
 
 
