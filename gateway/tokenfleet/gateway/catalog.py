@@ -1,4 +1,4 @@
-"""What one gateway serves, as one immutable value: models, pools, tenants, endpoints.
+"""What one gateway serves, as one immutable value: models, adapters, pools, tenants, endpoints.
 
 Built from Kubernetes objects (the gateway's watches) or from a static YAML file, then swapped
 whole; request handlers read it without locks.
@@ -11,10 +11,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tokenfleet.api import cost, labels
+from tokenfleet.api.adapter import ModelAdapterSpec
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus, ResponseCache
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.api.tenant import Budget, TenantSpec
-from tokenfleet.gateway.policy import quotas
+from tokenfleet.gateway import adapter_catalog
+from tokenfleet.gateway.adapter_catalog import Adapter, Loader
+from tokenfleet.gateway.policy import adapter_access, quotas
 from tokenfleet.gateway.policy.admission import ClassPolicy
 from tokenfleet.gateway.policy.routing import Endpoint, PoolOption, Snapshot
 from tokenfleet.gateway.policy.routing import Policy as RoutingPolicy
@@ -54,6 +57,9 @@ class Model:
     """Traffic percent per revision, as the operator publishes it (empty: any revision)."""
     response_cache: ResponseCache | None = None
     """The deployment's response cache, when it enabled one."""
+    adapter: Adapter | None = None
+    """Set when this is a LoRA adapter served on its base model's replicas under its own name
+    (placement.adapter_model): routing then places it (adapter_slots) and loads it first."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +78,11 @@ class Tenant:
     @property
     def namespace(self) -> str:
         return self.key.partition("/")[0] if "/" in self.key else ""
+
+    @property
+    def name(self) -> str:
+        """Its metadata.name (what a ModelAdapter's tenants list)."""
+        return self.key.partition("/")[2] if "/" in self.key else self.key
 
     def may_use(self, name: str, model: Model | None = None) -> bool:
         """Whether the tenant may call ``name``; an alias is allowed when its model is."""
@@ -93,9 +104,24 @@ class Catalog:
     pools: Mapping[str, Pool] = dataclasses.field(default_factory=dict)
     tenants_by_key_hash: Mapping[str, Tenant] = dataclasses.field(default_factory=dict)
     endpoints: Snapshot = dataclasses.field(default_factory=Snapshot)
+    adapters: Mapping[tuple[str, str], Adapter] = dataclasses.field(default_factory=dict)
+    """LoRA adapters by (namespace, served name); their names are also on the served names of
+    their base's endpoints that can load them (adapter_catalog.attached)."""
+    loaders: Mapping[str, Loader] = dataclasses.field(default_factory=dict)
+    """Endpoint URL → its worker's adapter-loader."""
+    shadowed: frozenset[str] = frozenset()
+    """Adapters (namespace/name) left out because a model serves their name."""
 
     def with_endpoints(self, endpoints: Snapshot) -> Catalog:
         return dataclasses.replace(self, endpoints=endpoints)
+
+    def adapter(self, name: str, namespace: str = "") -> Adapter | None:
+        """The adapter ``name`` means to a caller in ``namespace``: its own namespace's, else
+        the first by namespace/name (which the caller may then not use: 403, not 404)."""
+        own = self.adapters.get((namespace, name))
+        if own is not None or not self.adapters:
+            return own
+        return next((a for (_, n), a in sorted(self.adapters.items()) if n == name), None)
 
     def model(self, name: str, namespace: str = "") -> Model | None:
         """What ``name`` means to a caller in ``namespace``: its own namespace's model first,
@@ -238,6 +264,7 @@ def from_objects(
     tenants: Iterable[Mapping[str, Any]],
     secrets: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
+    adapters: Iterable[Mapping[str, Any]] = (),
 ) -> Catalog:
     """The catalog from watched objects; an object that does not parse is left out, not fatal."""
 
@@ -255,19 +282,17 @@ def from_objects(
     model_map: dict[str, Model] = {}
     local: dict[tuple[str, str], Model] = {}
     claimed: set[tuple[str, str]] = set()
+    deployments: dict[tuple[str, str], ModelDeploymentSpec] = {}
     # a served name claimed twice: the first by namespace/name wins, cluster-wide and within a
     # namespace; callers in a namespace that claims it get their own (Catalog.model)
     for obj in sorted(models, key=key):
         claimed.update((obj["metadata"]["namespace"], n) for n in _served_names(obj))
         try:
-            raw_status = obj.get("status") or {}
-            found = models_of(
-                obj["metadata"]["namespace"],
-                ModelDeploymentSpec.model_validate(obj.get("spec", {})),
-                _status_of(raw_status),
-            )
+            spec = ModelDeploymentSpec.model_validate(obj.get("spec", {}))
         except ValueError:
             continue
+        deployments[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = spec
+        found = models_of(obj["metadata"]["namespace"], spec, _status_of(obj.get("status") or {}))
         for name, model in found.items():
             model_map.setdefault(name, model)
             local.setdefault((model.namespace, name), model)
@@ -275,12 +300,12 @@ def from_objects(
     by_hash: dict[str, Tenant] = {}
     for obj in sorted(tenants, key=key):
         try:
-            spec = TenantSpec.model_validate(obj.get("spec", {}))
+            tenant_spec = TenantSpec.model_validate(obj.get("spec", {}))
         except ValueError:
             continue
-        tenant = tenant_of(key(obj), spec)
+        tenant = tenant_of(key(obj), tenant_spec)
         for h in secret_map.get(
-            f"{obj['metadata']['namespace']}/{spec.api_key_secret_ref.name}", []
+            f"{obj['metadata']['namespace']}/{tenant_spec.api_key_secret_ref.name}", []
         ):
             by_hash.setdefault(h, tenant)
     catalog = Catalog(
@@ -290,4 +315,52 @@ def from_objects(
         pools=pool_map,
         tenants_by_key_hash=by_hash,
     )
-    return catalog.with_endpoints(endpoints_of(pods, catalog.model))
+    return with_adapters(
+        catalog.with_endpoints(endpoints_of(pods, catalog.model)),
+        adapters=list(adapters_of(adapters, deployments)),
+        loaders=adapter_catalog.loaders_of(pods),
+    )
+
+
+def adapters_of(
+    objects: Iterable[Mapping[str, Any]], deployments: Mapping[tuple[str, str], ModelDeploymentSpec]
+) -> Iterable[Adapter]:
+    """Watched ModelAdapters whose spec parses and whose base serves LoRA; others are left out
+    (their name is then unknown: 404, like a model whose spec does not parse)."""
+    for obj in objects:
+        meta = obj["metadata"]
+        try:
+            spec = ModelAdapterSpec.model_validate(obj.get("spec", {}))
+        except ValueError:
+            continue
+        base = deployments.get((meta["namespace"], spec.base))
+        if base is None or base.engine.lora is None:
+            continue
+        verdict = adapter_catalog.verdict_of(obj, spec)
+        yield adapter_catalog.adapter_of(
+            namespace=meta["namespace"],
+            resource=meta["name"],
+            spec=spec,
+            base_model=base.model.name,
+            lora=base.engine.lora,
+            policy=base.adapters,
+            offer=adapter_access.offer(verdict),
+            reason=verdict.reason,
+        )
+
+
+def with_adapters(
+    catalog: Catalog, *, adapters: Iterable[Adapter], loaders: Mapping[str, Loader]
+) -> Catalog:
+    """The catalog serving ``adapters`` (a model's name wins over an adapter's) on the
+    endpoints with ``loaders``."""
+    kept, shadowed = adapter_catalog.split(adapters, model=catalog.model)
+    return dataclasses.replace(
+        catalog,
+        adapters=kept,
+        loaders=loaders,
+        shadowed=shadowed,
+        endpoints=adapter_catalog.attached(
+            catalog.endpoints, adapters=kept.values(), loaders=loaders
+        ),
+    )

@@ -1,8 +1,9 @@
 """Gateway settings and static mode: a YAML file instead of Kubernetes.
 
 Static mode serves vLLM servers outside Kubernetes (and benchmarks). Its file names models with
-their endpoint URLs, pools with admission classes, and tenants with key hashes, in the same
-shapes as the custom resources. Example: docs/gateway-static.yaml.
+their endpoint URLs (and each endpoint's adapter-loader, if it has one), pools with admission
+classes, tenants with key hashes, and LoRA adapters with their verdict, in the same shapes as the
+custom resources. Example: docs/gateway-static.yaml.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import yaml
 from pydantic import Field
 
 from tokenfleet.api import cost
+from tokenfleet.api.adapter import ModelAdapterSpec
 from tokenfleet.api.base import Model as ApiModel
-from tokenfleet.api.deployment import ResponseCache
+from tokenfleet.api.deployment import AdapterPolicy, LoraLimits, ResponseCache
 from tokenfleet.api.pool import Admission, Cost, InferencePoolSpec, Routing
 from tokenfleet.api.tenant import TenantSpec
-from tokenfleet.gateway import catalog
+from tokenfleet.gateway import adapter_catalog, catalog
+from tokenfleet.gateway.policy import adapter_access
 from tokenfleet.gateway.policy.admission import ClassPolicy
 from tokenfleet.gateway.policy.routing import Endpoint, Snapshot
 from tokenfleet.gateway.policy.routing import Policy as RoutingPolicy
@@ -114,6 +117,24 @@ class StaticModel(ApiModel):
     response_cache: ResponseCache = Field(
         default_factory=ResponseCache, description="As ModelDeployment.spec.responseCache."
     )
+    lora: LoraLimits | None = Field(
+        default=None, description="As ModelDeployment.spec.engine.lora: the engines' slots."
+    )
+    adapters: AdapterPolicy | None = Field(
+        default=None, description="As ModelDeployment.spec.adapters (spillAbove, loadTimeout)."
+    )
+    adapter_loaders: dict[str, str] = Field(
+        default_factory=dict,
+        description="Endpoint URL → its adapter-loader's base URL (e.g. http://10.0.0.5:8002).",
+    )
+
+
+class StaticAdapter(ModelAdapterSpec):
+    """A ModelAdapter with its verdict inline; ``base`` names a model of this file."""
+
+    name: str = Field(default="", description="Its metadata.name (default: servedName).")
+    verified: bool = Field(default=True, description="The operator's verdict: verified.")
+    reason: str = Field(default="", description="The verdict's reason (refused when set).")
 
 
 class StaticPool(ApiModel):
@@ -146,6 +167,9 @@ class StaticConfig(ApiModel):
         description="Pools and their admission classes.",
     )
     tenants: list[StaticTenant] = Field(min_length=1, description="Who may call.")
+    adapters: list[StaticAdapter] = Field(
+        default_factory=list, description="LoRA adapters on the models that set lora."
+    )
 
     @classmethod
     def load(cls, path: Path) -> StaticConfig:
@@ -187,11 +211,43 @@ class StaticConfig(ApiModel):
             tenant = catalog.tenant_of(t.name, t)
             for h in t.api_key_hashes:
                 tenants[h] = tenant
-        return catalog.Catalog(
-            models=models,
-            pools=pools,
-            tenants_by_key_hash=tenants,
-            endpoints=Snapshot(tuple(endpoints)),
+        return catalog.with_adapters(
+            catalog.Catalog(
+                models=models,
+                pools=pools,
+                tenants_by_key_hash=tenants,
+                endpoints=Snapshot(tuple(endpoints)),
+            ),
+            adapters=[self._adapter(a) for a in self.adapters],
+            loaders={
+                url.rstrip("/"): adapter_catalog.Loader(
+                    url=loader.rstrip("/"), pod=url.rstrip("/").rpartition("/")[2]
+                )
+                for m in self.models
+                for url, loader in m.adapter_loaders.items()
+            },
+        )
+
+    def _adapter(self, a: StaticAdapter) -> adapter_catalog.Adapter:
+        base = next((m for m in self.models if m.name == a.base and m.lora), None)
+        if base is None or base.lora is None:
+            raise ValueError(f"adapter {a.served_name}: base {a.base!r} is no model with lora")
+        offer = (
+            adapter_access.Offer.OFFERED
+            if a.verified
+            else adapter_access.Offer.REFUSED
+            if a.reason
+            else adapter_access.Offer.PENDING
+        )
+        return adapter_catalog.adapter_of(
+            namespace="",
+            resource=a.name or a.served_name,
+            spec=a,
+            base_model=base.name,
+            lora=base.lora,
+            policy=base.adapters,
+            offer=offer,
+            reason=a.reason,
         )
 
 

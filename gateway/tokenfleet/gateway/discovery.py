@@ -1,8 +1,9 @@
 """Catalog sources: Kubernetes watches, or a static file.
 
-The Kubernetes source watches InferencePools, ModelDeployments, Tenants, key Secrets (only those
-labelled tokenfleet.io/api-keys=true) and worker Pods — Pods, not EndpointSlices, because it
-wants their pool, revision and zone labels and their readiness. After every change it rebuilds
+The Kubernetes source watches InferencePools, ModelDeployments, ModelAdapters, Tenants, key
+Secrets (only those labelled tokenfleet.io/api-keys=true) and worker Pods — Pods, not
+EndpointSlices, because it wants their pool, revision and zone labels, their readiness and
+their adapter-loader port. After every change it rebuilds
 the catalog and swaps it whole. It is ready once every collection has been listed.
 """
 
@@ -31,6 +32,7 @@ KEY_SECRET_LABEL = labels.API_KEY_SECRET
 COLLECTIONS = {
     "pools": (f"/apis/{API_GROUP_VERSION}/inferencepools", ""),
     "models": (f"/apis/{API_GROUP_VERSION}/modeldeployments", ""),
+    "adapters": (f"/apis/{API_GROUP_VERSION}/modeladapters", ""),
     "tenants": (f"/apis/{API_GROUP_VERSION}/tenants", ""),
     "secrets": ("/api/v1/secrets", f"{KEY_SECRET_LABEL}=true"),
     "pods": ("/api/v1/pods", f"{labels.ROLE}={labels.ROLE_WORKER}"),

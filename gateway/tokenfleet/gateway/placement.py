@@ -1,25 +1,65 @@
-"""Where a request may run (step 2 past the body): the model the tenant means and may use, its
-pool by context bucket (pools dedicated to the tenant's class first), the tenant's class in
-that pool, and the model's fallback."""
+"""Where a request may run (step 2 past the body): the model the tenant means and may use (or
+the LoRA adapter, run on its base model's replicas), its pool by context bucket (pools dedicated
+to the tenant's class first), the tenant's class in that pool, and the model's fallback."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from tokenfleet.gateway.adapter_catalog import Adapter
 from tokenfleet.gateway.catalog import Catalog, Model, Pool, Tenant
-from tokenfleet.gateway.policy import admission, bodies, routing
+from tokenfleet.gateway.policy import adapter_access, admission, bodies, routing
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
 
 def resolve(catalog: Catalog, tenant: Tenant, name: str) -> Model | Rejected:
-    """The model ``name`` means to the tenant, if the tenant may use it."""
+    """The model ``name`` means to the tenant, if the tenant may use it; an adapter's name
+    means its base model served under the adapter's name (:func:`adapter_model`)."""
     model = catalog.model(name, tenant.namespace)
     if model is not None and tenant.may_use(name, model):
         return model
+    adapter = catalog.adapter(name, tenant.namespace) if model is None else None
+    if adapter is not None:
+        return adapter_model(catalog, tenant, adapter)
     known = model is not None or name in catalog.endpoints.models()
     reason = Reason.MODEL_NOT_ALLOWED if known else Reason.MODEL_NOT_FOUND
     verb = "is not available to you" if known else "does not exist"
     return Rejected(reason=reason, param="model", message=f"model '{name}' {verb}")
+
+
+def adapter_model(catalog: Catalog, tenant: Tenant, adapter: Adapter) -> Model | Rejected:
+    """The adapter as a model, if the tenant may use it now: its base's pools, revisions and
+    limits under the adapter's name (so the body, usage and metrics say the adapter), with no
+    fallback and no response cache (neither knows the adapter)."""
+    refused = adapter_access.authorize(
+        adapter_access.Request(
+            name=adapter.name,
+            resource=adapter.resource,
+            namespace=adapter.namespace,
+            tenants=adapter.tenants,
+            offer=adapter.offer,
+            reason=adapter.reason,
+            tenant_namespace=tenant.namespace,
+            tenant_name=tenant.name,
+        )
+    )
+    if refused is not None:
+        return refused
+    base = catalog.model(adapter.base_model, adapter.namespace)
+    if base is None:
+        return Rejected(
+            reason=Reason.NO_ENDPOINTS,
+            retry_after=5.0,
+            message=f"adapter '{adapter.name}': its base '{adapter.base_model}' is not served",
+        )
+    return dataclasses.replace(
+        base,
+        name=adapter.name,
+        names=frozenset({adapter.name}),
+        fallback=None,
+        response_cache=None,
+        adapter=adapter,
+    )
 
 
 def pick_pool(catalog: Catalog, model: Model, prompt_tokens: int, cls: str = "") -> Pool | None:
