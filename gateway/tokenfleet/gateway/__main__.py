@@ -76,6 +76,12 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds between reads of each worker's /metrics (0: off)",
     )
     p.add_argument(
+        "--adapter-listing-interval",
+        type=float,
+        default=3.0,
+        help="seconds between reads of each worker's adapter-loader listing (0: off)",
+    )
+    p.add_argument(
         "--cold-start-seconds",
         type=float,
         default=30.0,
@@ -152,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         max_attempts=max(1, args.max_attempts),
         retry_budget_ratio=args.retry_budget_percent / 100,
         scrape_seconds=args.scrape_interval,
+        adapter_listing_seconds=args.adapter_listing_interval,
         cold_start_seconds=args.cold_start_seconds,
         seed=args.seed,
     )

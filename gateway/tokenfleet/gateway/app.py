@@ -17,7 +17,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
-from tokenfleet.gateway import router
+from tokenfleet.gateway import adapter_catalog, adapter_slots, router
 from tokenfleet.gateway.accesslog import ACCESS
 from tokenfleet.gateway.budget_store import BudgetStore
 from tokenfleet.gateway.completion import Completion
@@ -175,6 +175,7 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
         ),
         admitter=Admitter(),
         router=router.Router(settings, registry.routing),
+        adapters=adapter_slots.AdapterSlots(registry.adapters),
         usage=UsageLedger(settings.redis_url, registry=registry.registry),
         budgets=BudgetStore(settings.redis_url),
         responses=ResponseStore(settings.redis_url),
@@ -195,7 +196,37 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
     app.cleanup_ctx.append(
         router.scraping(lambda a: a[STATE].router, lambda a: a[STATE].catalog.endpoints.endpoints)
     )
+    app.cleanup_ctx.append(_adapter_listings)
     return app
+
+
+async def _adapter_listings(app: web.Application) -> Any:
+    """Keep each worker's adapters current (adapter_slots.refresh_forever): other gateways
+    load and evict on the same workers."""
+    state = app[STATE]
+    interval = state.settings.adapter_listing_seconds
+    if interval <= 0:
+        yield
+        return
+
+    def loaders() -> dict[str, tuple[adapter_catalog.Loader, str]]:
+        catalog = state.catalog
+        return {
+            e.url: (catalog.loaders[e.url], adapter_catalog.namespace_of(e))
+            for e in catalog.endpoints.endpoints
+            if e.url in catalog.loaders
+        }
+
+    # short connections, as the /metrics scrape: a listing every few seconds per worker
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+    task = asyncio.create_task(
+        adapter_slots.refresh_forever(state.adapters, session, loaders, interval=interval)
+    )
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await session.close()
 
 
 QUEUE_GAUGE_SECONDS = 0.5

@@ -8,6 +8,11 @@ client (proxy raises UpstreamFailed exactly then), only if another endpoint may 
 after a jittered backoff. A stream that breaks after its first byte ends with an error event
 and is never retried: the client already holds part of an answer.
 
+A LoRA adapter's request (``work.model.adapter``) is placed by adapter affinity instead
+(:func:`_route_adapter`: :mod:`.adapter_slots`), its adapter loaded there first; an engine that
+answers 404 for it before any byte (another gateway evicted it) is forgotten as a holder and
+the request placed again once, within the retry budget.
+
 The caller's headers and log are left alone: :func:`serve` returns the outcome, and tells the
 caller where each attempt goes (a :class:`Trail`) before it is sent, so a request whose client
 leaves mid-attempt is still logged with the endpoint it was on.
@@ -16,6 +21,7 @@ leaves mid-attempt is still logged with the endpoint it was on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
@@ -26,7 +32,7 @@ from aiohttp import web
 
 from tokenfleet.gateway import proxy
 from tokenfleet.gateway.catalog import Model, Pool
-from tokenfleet.gateway.policy import bodies, prefix, routing
+from tokenfleet.gateway.policy import adapter_loads, bodies, prefix, routing
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.state import GatewayState
 
@@ -121,26 +127,44 @@ async def serve(
         retry_after=5.0,
         message=f"no ready replica serves '{model.name}' right now",
     )
+    reloaded = False  # an adapter the engine lost is loaded again once per request
     for attempt in range(1, state.settings.max_attempts + 1):
-        endpoint = _route(
-            work, plan, state=state, attempt=attempt, failed_on=failed_on, tried=tried
-        )
+        if model.adapter is None:
+            endpoint = _route(
+                work, plan, state=state, attempt=attempt, failed_on=failed_on, tried=tried
+            )
+        else:
+            routed = await _route_adapter(
+                work, plan, state=state, attempt=attempt, failed_on=failed_on, tried=tried
+            )
+            if isinstance(routed, Rejected):
+                return routed
+            endpoint = routed
         if endpoint is None:
             return failure
         if endpoint.revision:
             sent[REVISION_HEADER] = endpoint.revision
         try:
-            return await _attempt(
-                state,
-                endpoint,
-                payload=payload,
-                work=work,
-                request=request,
-                headers=sent,
-                meter=meter,
-            )
+            with _running(state, work, endpoint):
+                return await _attempt(
+                    state,
+                    endpoint,
+                    payload=payload,
+                    work=work,
+                    request=request,
+                    headers=sent,
+                    meter=meter,
+                )
         except proxy.UpstreamFailed as failed:
             failure = failed.rejected
+            if _lost_adapter(work, failed) and not reloaded:
+                reloaded = True
+                assert model.adapter is not None
+                state.adapters.forget(endpoint.url, model.adapter.name)
+                if attempt < state.settings.max_attempts and state.router.try_retry(model.name):
+                    state.metrics.routing.retries.labels(model.name, "adapter_lost").inc()
+                    continue
+                return failure
             if not _may_retry(state, failed, attempt=attempt, due=work.due, model=model.name):
                 return failure
             state.metrics.routing.retries.labels(model.name, failed.cause).inc()
@@ -178,6 +202,68 @@ def _route(
     # the first is still prefilling must follow it, not scatter and prefill it everywhere.
     state.router.record(plan.hashes, endpoint)
     return endpoint
+
+
+async def _route_adapter(
+    work: Work,
+    plan: _Plan,
+    *,
+    state: GatewayState,
+    attempt: int,
+    failed_on: frozenset[str],
+    tried: Callable[[Trail], None],
+) -> routing.Endpoint | Rejected | None:
+    """This attempt's endpoint for an adapter (policy.adapters.place over the revision's
+    endpoints with a loader, none it failed on, outliers last), with the adapter loaded
+    there; Rejected if the load failed or timed out, None if no endpoint is left."""
+    adapter, router = work.model.adapter, state.router
+    assert adapter is not None and state.session is not None
+    now = time.monotonic()
+    ejected = router.ejected(now)
+    fresh = [e for e in plan.group.endpoints if e.url not in failed_on]
+    placed = state.adapters.place(
+        [e for e in fresh if e.url not in ejected] or fresh,
+        adapter=adapter,
+        loaders=state.catalog.loaders,
+        in_flight=router.in_flight,
+        now=now,
+    )
+    if placed is None:
+        return None
+    endpoint, why = plan.group.by_url[placed.url], placed.why.value
+    router.take(endpoint, model=work.model.name, why=why)
+    tried(Trail(endpoint=endpoint.url, why=why, attempt=attempt, revision=endpoint.revision))
+    state.metrics.adapters.requests.labels(
+        adapter.namespace, adapter.name, adapter_loads.PLACEMENT[placed.why]
+    ).inc()
+    try:
+        refused = await state.adapters.ensure(
+            endpoint.url,
+            adapter=adapter,
+            evict=None if placed.evict is None else str(placed.evict),
+            session=state.session,
+            due=work.due,
+        )
+    except BaseException:
+        router.done(endpoint, ok=None)  # the client left while it loaded: the load goes on
+        raise
+    if refused is not None:
+        router.done(endpoint, ok=None)
+    return refused or endpoint
+
+
+def _running(
+    state: GatewayState, work: Work, endpoint: routing.Endpoint
+) -> contextlib.AbstractContextManager[None]:
+    """An adapter's request holds its adapter in use there (no load may evict it)."""
+    if work.model.adapter is None:
+        return contextlib.nullcontext()
+    return state.adapters.using(endpoint.url, work.model.adapter.name)
+
+
+def _lost_adapter(work: Work, failed: proxy.UpstreamFailed) -> bool:
+    """The engine answered 404 for an adapter this gateway believed loaded there."""
+    return work.model.adapter is not None and failed.cause == "upstream_404"
 
 
 async def _attempt(

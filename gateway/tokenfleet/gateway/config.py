@@ -62,6 +62,10 @@ class Settings:
     """Retries allowed per window regardless of traffic, so a quiet gateway can retry a fluke."""
     scrape_seconds: float = 1.0
     """How often each endpoint's /metrics is read for queue and KV load; 0 turns it off."""
+    adapter_listing_seconds: float = 3.0
+    """How often each worker's adapter-loader is asked what it holds (other gateways load and
+    evict there too); 0 turns it off. Between listings an eviction elsewhere costs one engine
+    404, which the gateway answers by loading the adapter again and retrying once."""
     cold_start_seconds: float = 30.0
     """No ready replica at all: hold a request this long (within its deadline) before 503."""
     ejection_seconds: float = 5.0

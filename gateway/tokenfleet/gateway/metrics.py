@@ -34,6 +34,7 @@ class Metrics:
     endpoints: Gauge
     routing: RoutingMetrics
     response_cache: ResponseCacheMetrics
+    adapters: AdapterMetrics
 
     def observe_queue(self, pool: str, cls: str, depth: int, oldest_age: float) -> None:
         """A pool's class queue as the autoscaler reads it."""
@@ -132,6 +133,7 @@ class Metrics:
             ),
             routing=RoutingMetrics.create(r),
             response_cache=ResponseCacheMetrics.create(r),
+            adapters=AdapterMetrics.create(r),
         )
 
 
@@ -245,6 +247,63 @@ class ResponseCacheMetrics:
                 "Requests to a cache-enabled model not looked up (sampled, tools, ...), or "
                 "answers not stored (too_large, incomplete, fallback, degraded), by reason.",
                 ["model", "reason"],
+                registry=r,
+            ),
+        )
+
+
+#: Seconds a load takes: a fetch plus a digest walk plus the engine's load, ~1 s to minutes.
+LOAD_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AdapterMetrics:
+    """LoRA adapters (docs/adapters.md): where requests went, loads, evictions, and what this
+    gateway believes each worker pod holds (the operator's status.loadedOn)."""
+
+    requests: Counter
+    loads: Counter
+    evictions: Counter
+    loaded: Gauge
+    load_seconds: Histogram
+
+    @classmethod
+    def create(cls, r: CollectorRegistry) -> AdapterMetrics:
+        return cls(
+            requests=Counter(
+                names.ADAPTER_REQUESTS,
+                "Adapter requests by placement: hit (a replica had it), loaded (this request "
+                "loaded it), waited (joined a load under way), spilled (loaded on one more "
+                "replica: the holders were over the bound), no_slot; hit ratio = hit / all.",
+                ["namespace", "adapter", "placement"],
+                registry=r,
+            ),
+            loads=Counter(
+                names.ADAPTER_LOADS,
+                "Adapter loads this gateway asked a worker for, by outcome (loaded, refused by "
+                "the worker's verification, failed, timeout).",
+                ["namespace", "adapter", "outcome"],
+                registry=r,
+            ),
+            evictions=Counter(
+                names.ADAPTER_EVICTIONS,
+                "Adapters this gateway unloaded to free a slot.",
+                ["namespace", "adapter"],
+                registry=r,
+            ),
+            loaded=Gauge(
+                names.ADAPTER_LOADED,
+                "1 while this gateway believes the adapter is loaded on the pod (absent else).",
+                ["namespace", "adapter", "pod"],
+                multiprocess_mode="livemax",
+                registry=r,
+            ),
+            # no labels: thousands of adapters times eleven buckets would dwarf every other
+            # series; a slow adapter shows in its loads' timeouts
+            load_seconds=Histogram(
+                names.ADAPTER_LOAD_SECONDS,
+                "Seconds from asking a worker to load an adapter to its answer (verify + load).",
+                buckets=LOAD_BUCKETS,
                 registry=r,
             ),
         )

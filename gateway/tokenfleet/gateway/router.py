@@ -92,6 +92,14 @@ class Router:
             self.metrics.prefix_hit_blocks.labels(model).inc(choice.prefix_blocks)
         return choice
 
+    def take(self, endpoint: routing.Endpoint, *, model: str, why: str) -> None:
+        """An endpoint chosen elsewhere (adapter placement) is in flight like a picked one."""
+        url = endpoint.url
+        if url in self._ejected:
+            self.health[url] = resilience.chosen(self.health[url], now=time.monotonic())
+        self.in_flight[url] = self.in_flight.get(url, 0) + 1
+        self.metrics.routing_decisions.labels(model, why).inc()
+
     def done(self, endpoint: routing.Endpoint, *, ok: bool | None) -> None:
         """The attempt ended: ``ok`` False counts against the endpoint, None is neutral."""
         url = endpoint.url

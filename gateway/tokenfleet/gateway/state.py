@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 
 import aiohttp
 from aiohttp import web
 
+from tokenfleet.gateway.adapter_slots import AdapterSlots
 from tokenfleet.gateway.budget_store import BudgetStore
 from tokenfleet.gateway.catalog import Catalog
 from tokenfleet.gateway.config import Settings
@@ -18,6 +20,8 @@ from tokenfleet.gateway.response_store import ResponseStore
 from tokenfleet.gateway.router import Router
 from tokenfleet.gateway.usage_ledger import UsageLedger
 
+log = logging.getLogger("tokenfleet.gateway.state")
+
 
 @dataclasses.dataclass(slots=True, kw_only=True)
 class GatewayState:
@@ -26,6 +30,7 @@ class GatewayState:
     quotas: QuotaStore
     admitter: Admitter
     router: Router
+    adapters: AdapterSlots
     usage: UsageLedger | None = None  # the durable usage ledger (counters without Redis)
     budgets: BudgetStore = dataclasses.field(default_factory=lambda: BudgetStore(None))
     responses: ResponseStore = dataclasses.field(default_factory=lambda: ResponseStore(None))
@@ -37,6 +42,7 @@ class GatewayState:
     """Set (and replaced) on every catalog swap: requests held for a cold start wait on it."""
     draining: bool = False
     capacities: dict[str, int] = dataclasses.field(default_factory=dict)  # pool → concurrency
+    shadowed: frozenset[str] = frozenset()  # adapters whose name a model took (logged once)
 
     def capacity(self, pool: str) -> int:
         """Requests the pool's ready endpoints take at once (computed once per catalog)."""
@@ -50,6 +56,9 @@ class GatewayState:
         self.changed = asyncio.Event()
         self.capacities = {key: capacity(catalog, key) for key in catalog.pools}
         self.catalog_loaded = True
+        for key in sorted(catalog.shadowed - self.shadowed):
+            log.warning("adapter %s is not served: a model has its served name", key)
+        self.shadowed = catalog.shadowed
         for name, model in catalog.models.items():
             if name == model.name:
                 self.metrics.endpoints.labels(name).set(len(catalog.endpoints.serving(name)))
