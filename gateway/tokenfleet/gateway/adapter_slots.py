@@ -192,6 +192,9 @@ class AdapterSlots:
             outcome = Outcome(result=Result.TIMEOUT)
         except aiohttp.ClientError as exc:
             outcome = Outcome(result=Result.FAILED, reason=f"{type(exc).__name__} from the loader")
+        except asyncio.CancelledError:  # shutting down: whatever the engine did, forget it
+            self._drop(r, name)
+            raise
         finally:
             r.loading.discard(name)
         m.load_seconds.observe(time.monotonic() - started)

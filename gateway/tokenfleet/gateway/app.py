@@ -58,6 +58,7 @@ async def list_models(request: web.Request) -> web.Response:
         return reject(tenant)
     visible = state.catalog.visible(tenant.namespace)
     names = sorted(n for n, m in visible.items() if tenant.may_use(n, m))
+    names += state.catalog.adapters_for(tenant)  # LoRA adapters: those that name the tenant
     data = [_model_entry(n) for n in names]
     return web.json_response({"object": "list", "data": data})
 
@@ -74,7 +75,8 @@ async def get_model(request: web.Request) -> web.Response:
         return reject(tenant)
     name = request.match_info["model"]
     model = state.catalog.visible(tenant.namespace).get(name)
-    if model is None or not tenant.may_use(name, model):
+    adapter = name in state.catalog.adapters_for(tenant)
+    if not adapter and (model is None or not tenant.may_use(name, model)):
         return reject(
             Rejected(
                 reason=Reason.MODEL_NOT_FOUND, param="model", message=f"model '{name}' not found"

@@ -130,6 +130,16 @@ class Catalog:
             return self.local.get((namespace, name))
         return self.models.get(name)
 
+    def adapters_for(self, tenant: Tenant) -> list[str]:
+        """The served names of the offered adapters that name ``tenant``."""
+        return sorted(
+            a.name
+            for (ns, _), a in self.adapters.items()
+            if ns == tenant.namespace
+            and tenant.name in a.tenants
+            and a.offer is adapter_access.Offer.OFFERED
+        )
+
     def visible(self, namespace: str = "") -> dict[str, Model]:
         """Every served name as a caller in ``namespace`` resolves it."""
         out = {n: m for n, m in self.models.items() if (namespace, n) not in self.claimed}
