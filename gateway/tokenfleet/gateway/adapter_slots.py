@@ -171,7 +171,7 @@ class AdapterSlots:
         session: aiohttp.ClientSession,
     ) -> Outcome:
         """Unload the victim, load the adapter, and record what happened."""
-        name, m = adapter.name, self.metrics
+        name = adapter.name
         if evict is not None and evict in r.lru:
             await self._unload(r, evict, session=session)
         r.lru[name] = adapter.artifact.digest  # it takes its slot now, most recently used
@@ -197,24 +197,29 @@ class AdapterSlots:
             raise
         finally:
             r.loading.discard(name)
-        m.load_seconds.observe(time.monotonic() - started)
+        self.metrics.load_seconds.observe(time.monotonic() - started)
+        self._record(r, outcome, url=url, adapter=adapter)
+        return outcome
+
+    def _record(self, r: Replica, outcome: Outcome, *, url: str, adapter: Adapter) -> None:
+        """A load's outcome in the view and the metrics; a refusal keeps the worker out."""
+        name, m = adapter.name, self.metrics
         m.loads.labels(adapter.namespace, name, outcome.result.value).inc()
         if outcome.result is Result.LOADED:
             r.loaded_at[name] = time.monotonic()
             m.loaded.labels(adapter.namespace, name, r.loader.pod).set(1)
-        else:
-            self._drop(r, name)
-            if outcome.result is Result.REFUSED:
-                until = time.monotonic() + adapter_loads.REFUSED_COOLDOWN_SECONDS
-                self.refused[(url, adapter.artifact.digest)] = until
-            log.warning(
-                "adapter %s on %s: %s %s",
-                adapter.key,
-                r.loader.pod,
-                outcome.result.value,
-                outcome.reason,
-            )
-        return outcome
+            return
+        self._drop(r, name)
+        if outcome.result is Result.REFUSED:
+            until = time.monotonic() + adapter_loads.REFUSED_COOLDOWN_SECONDS
+            self.refused[(url, adapter.artifact.digest)] = until
+        log.warning(
+            "adapter %s on %s: %s %s",
+            adapter.key,
+            r.loader.pod,
+            outcome.result.value,
+            outcome.reason,
+        )
 
     async def _unload(self, r: Replica, name: str, *, session: aiohttp.ClientSession) -> None:
         """Free ``name``'s slot (a 404 means it was gone already: just as good)."""

@@ -38,6 +38,8 @@ from tokenfleet.gateway.state import GatewayState
 
 #: Pins a request to one revision (testing a canary); the response names the revision served.
 REVISION_HEADER = "X-TokenFleet-Revision"
+#: The retry reason of an adapter the engine no longer had (another gateway evicted it).
+ADAPTER_LOST = "adapter_lost"
 _ID = "X-Request-Id"
 
 
@@ -129,19 +131,15 @@ async def serve(
     )
     reloaded = False  # an adapter the engine lost is loaded again once per request
     for attempt in range(1, state.settings.max_attempts + 1):
-        if model.adapter is None:
-            endpoint = _route(
+        endpoint = (
+            _route(work, plan, state=state, attempt=attempt, failed_on=failed_on, tried=tried)
+            if model.adapter is None
+            else await _route_adapter(
                 work, plan, state=state, attempt=attempt, failed_on=failed_on, tried=tried
             )
-        else:
-            routed = await _route_adapter(
-                work, plan, state=state, attempt=attempt, failed_on=failed_on, tried=tried
-            )
-            if isinstance(routed, Rejected):
-                return routed
-            endpoint = routed
-        if endpoint is None:
-            return failure
+        )
+        if endpoint is None or isinstance(endpoint, Rejected):
+            return endpoint or failure
         if endpoint.revision:
             sent[REVISION_HEADER] = endpoint.revision
         try:
@@ -157,17 +155,13 @@ async def serve(
                 )
         except proxy.UpstreamFailed as failed:
             failure = failed.rejected
-            if _lost_adapter(work, failed) and not reloaded:
+            why = _retry(state, work, failed, url=endpoint.url, attempt=attempt, reloaded=reloaded)
+            if why is None:
+                return failure
+            state.metrics.routing.retries.labels(model.name, why).inc()
+            if why == ADAPTER_LOST:  # placed again: the same replica may load it again
                 reloaded = True
-                assert model.adapter is not None
-                state.adapters.forget(endpoint.url, model.adapter.name)
-                if attempt < state.settings.max_attempts and state.router.try_retry(model.name):
-                    state.metrics.routing.retries.labels(model.name, "adapter_lost").inc()
-                    continue
-                return failure
-            if not _may_retry(state, failed, attempt=attempt, due=work.due, model=model.name):
-                return failure
-            state.metrics.routing.retries.labels(model.name, failed.cause).inc()
+                continue
             failed_on |= {endpoint.url}
             await asyncio.sleep(router.backoff(attempt))
     return failure
@@ -217,7 +211,7 @@ async def _route_adapter(
     endpoints with a loader, none it failed on, outliers last), with the adapter loaded
     there; Rejected if the load failed or timed out, None if no endpoint is left."""
     adapter, router = work.model.adapter, state.router
-    assert adapter is not None and state.session is not None
+    assert adapter is not None
     now = time.monotonic()
     ejected = router.ejected(now)
     fresh = [e for e in plan.group.endpoints if e.url not in failed_on]
@@ -236,19 +230,27 @@ async def _route_adapter(
     state.metrics.adapters.requests.labels(
         adapter.namespace, adapter.name, adapter_loads.PLACEMENT[placed.why]
     ).inc()
+    return await _loaded(state, endpoint, work=work, evict=placed.evict)
+
+
+async def _loaded(
+    state: GatewayState, endpoint: routing.Endpoint, *, work: Work, evict: object
+) -> routing.Endpoint | Rejected:
+    """The endpoint once the adapter is loaded there; Rejected (and not in flight) if not."""
+    assert work.model.adapter is not None and state.session is not None
     try:
         refused = await state.adapters.ensure(
             endpoint.url,
-            adapter=adapter,
-            evict=None if placed.evict is None else str(placed.evict),
+            adapter=work.model.adapter,
+            evict=None if evict is None else str(evict),
             session=state.session,
             due=work.due,
         )
     except BaseException:
-        router.done(endpoint, ok=None)  # the client left while it loaded: the load goes on
+        state.router.done(endpoint, ok=None)  # the client left while it loaded: it goes on
         raise
     if refused is not None:
-        router.done(endpoint, ok=None)
+        state.router.done(endpoint, ok=None)
     return refused or endpoint
 
 
@@ -261,9 +263,26 @@ def _running(
     return state.adapters.using(endpoint.url, work.model.adapter.name)
 
 
-def _lost_adapter(work: Work, failed: proxy.UpstreamFailed) -> bool:
-    """The engine answered 404 for an adapter this gateway believed loaded there."""
-    return work.model.adapter is not None and failed.cause == "upstream_404"
+def _retry(
+    state: GatewayState,
+    work: Work,
+    failed: proxy.UpstreamFailed,
+    *,
+    url: str,
+    attempt: int,
+    reloaded: bool,
+) -> str | None:
+    """Why the request is tried again after ``failed`` (a metric label); None if it is not.
+    An engine's 404 for an adapter this gateway believed loaded there means another gateway
+    evicted it: forgotten there, the request is placed (and the adapter loaded) again once."""
+    adapter = work.model.adapter
+    if adapter is not None and failed.cause == "upstream_404" and not reloaded:
+        state.adapters.forget(url, adapter.name)
+        again = attempt < state.settings.max_attempts and state.router.try_retry(work.model.name)
+        return ADAPTER_LOST if again else None
+    if not _may_retry(state, failed, attempt=attempt, due=work.due, model=work.model.name):
+        return None
+    return failed.cause
 
 
 async def _attempt(
