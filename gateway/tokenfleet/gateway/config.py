@@ -136,6 +136,7 @@ class StaticModel(ApiModel):
 class StaticAdapter(ModelAdapterSpec):
     """A ModelAdapter with its verdict inline; ``base`` names a model of this file."""
 
+    base: str = Field(description="The name of a model of this file that sets lora.")
     name: str = Field(default="", description="Its metadata.name (default: servedName).")
     verified: bool = Field(default=True, description="The operator's verdict: verified.")
     reason: str = Field(default="", description="The verdict's reason (refused when set).")

@@ -11,6 +11,7 @@ with allowedModels "*"), pending (503 + Retry-After), refused (503 without).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -301,3 +302,15 @@ def test_static_mode_refuses_an_adapter_on_a_model_without_lora() -> None:
     bad = {**STATIC, "models": [{**STATIC["models"][0], "lora": None}]}
     with pytest.raises(ValueError, match="no model with lora"):
         config.StaticConfig.model_validate(bad).catalog()
+
+
+def test_the_documented_static_file_serves_its_adapter() -> None:
+    """docs/gateway-static.yaml is executable documentation: its adapter is offered on both
+    endpoints, to the tenant it names only."""
+    path = Path(__file__).parents[3] / "docs" / "gateway-static.yaml"
+    cat = config.StaticConfig.load(path).catalog()
+    found = cat.adapter("search-rerank")
+    assert found is not None and (found.slots, found.offer) == (16, Offer.OFFERED)
+    assert len(cat.endpoints.group("search-rerank").endpoints) == 2
+    search = tenant("search-team", ("llama-3.1-8b-instruct",))
+    assert cat.adapters_for(search) == ["search-rerank"]
