@@ -81,9 +81,11 @@ class AdapterSlots:
         adapter: Adapter,
         loaders: Mapping[str, Loader],
         in_flight: Mapping[str, int],
+        busy: Mapping[str, frozenset[str]],
         now: float,
     ) -> placement.Placement | None:
-        """Where a request for ``adapter`` goes among ``endpoints`` (its routable candidates)."""
+        """Where a request for ``adapter`` goes among ``endpoints`` (its routable candidates);
+        ``busy``: adapters the engines report running or waiting (any gateway's requests)."""
         candidates = []
         for e in endpoints:
             loader = loaders.get(e.url)
@@ -95,7 +97,8 @@ class AdapterSlots:
                     url=e.url,
                     load=in_flight.get(e.url, 0),
                     adapters=r.held(),
-                    in_use=frozenset(n for n, c in r.running.items() if c),
+                    in_use=frozenset(n for n, c in r.running.items() if c)
+                    | busy.get(e.url, frozenset()),
                     loading=frozenset(r.loading),
                     slots=adapter.slots,
                 )

@@ -220,6 +220,7 @@ async def _route_adapter(
         adapter=adapter,
         loaders=state.catalog.loaders,
         in_flight=router.in_flight,
+        busy=router.lora_busy,
         now=now,
     )
     if placed is None:

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from tokenfleet.gateway.config import Settings
 from tokenfleet.gateway.metrics import RoutingMetrics
-from tokenfleet.gateway.policy import prefix, resilience, routing
+from tokenfleet.gateway.policy import adapter_loads, prefix, resilience, routing
 from tokenfleet.signals import vllm
 
 log = logging.getLogger("tokenfleet.gateway.router")
@@ -40,6 +40,8 @@ class Router:
         self.index = prefix.PrefixIndex(settings.prefix_index_entries)
         self.in_flight: dict[str, int] = {}  # requests this process has running, per endpoint
         self.scraped: dict[str, routing.Load] = {}
+        self.lora_busy: dict[str, frozenset[str]] = {}
+        """Adapters with requests running or waiting on each LoRA engine (any gateway's)."""
         self.health: dict[str, resilience.Health] = {}
         self.budget = resilience.Budget()
         self.budget_policy = resilience.BudgetPolicy(
@@ -159,6 +161,8 @@ class Router:
             self._ejected.discard(url)
         for url in [u for u in self.scraped if u not in live]:
             del self.scraped[url]
+        for url in [u for u in self.lora_busy if u not in live]:
+            del self.lora_busy[url]
 
 
 def parse_load(text: str, now: float) -> routing.Load:
@@ -192,7 +196,11 @@ async def scrape_forever(
         try:
             async with session.get(url + "/metrics", timeout=timeout, headers=PLAIN) as r:
                 if r.status == 200:
-                    router.scraped[url] = parse_load(await r.text(), time.monotonic())
+                    text = await r.text()
+                    router.scraped[url] = parse_load(text, time.monotonic())
+                    busy = adapter_loads.busy(text)
+                    if busy is not None:
+                        router.lora_busy[url] = busy
         except (aiohttp.ClientError, TimeoutError):
             pass
 

@@ -2,6 +2,8 @@
 and body; a listing parsed; a listing merged into a replica's LRU view; every placement reason
 has a metric label.
 
+Also the engine's ``vllm:lora_requests_info`` read for busy adapters (newest sample wins).
+
 Matrix: 200 / 422 with and without a verdict / 502 / other; listings well-formed or not; merge
 with adapters gone, kept (loading or loaded since the listing), and loaded by strangers.
 """
@@ -14,6 +16,7 @@ from tokenfleet.gateway.policy.adapter_loads import (
     PLACEMENT,
     Outcome,
     Result,
+    busy,
     judge,
     listed,
     merged,
@@ -87,6 +90,33 @@ def test_merged(
     known: tuple[str, ...], listing: set[str], keep: set[str], expected: tuple[str, ...]
 ) -> None:
     assert merged(known=known, listing=listing, keep=keep) == expected
+
+
+INFO = "vllm:lora_requests_info"
+
+
+@pytest.mark.parametrize(
+    ("page", "expected"),
+    [
+        pytest.param(
+            f"# HELP {INFO} Running stats on lora requests.\n# TYPE {INFO} gauge\n"
+            f'{INFO}{{max_lora="2",running_lora_adapters="a,b",waiting_lora_adapters="c"}} 1.7e9\n'
+            "vllm:num_requests_waiting 0\n",
+            {"a", "b", "c"},
+            id="running and waiting",
+        ),
+        pytest.param(
+            f'{INFO}{{max_lora="2",running_lora_adapters="old",waiting_lora_adapters=""}} 100\n'
+            f'{INFO}{{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""}} 200\n',
+            set(),
+            id="the newest sample: nothing now",
+        ),
+        pytest.param("vllm:num_requests_waiting 0\n", None, id="no LoRA on this engine"),
+        pytest.param(f'{INFO}{{max_lora="2"}} garbage\n', None, id="unreadable value"),
+    ],
+)
+def test_busy(page: str, expected: set[str] | None) -> None:
+    assert busy(page) == expected
 
 
 def test_every_placement_reason_has_a_label() -> None:

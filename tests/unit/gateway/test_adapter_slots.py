@@ -1,6 +1,7 @@
 """The adapter shell's bookkeeping without the network (``adapter_slots.AdapterSlots``): what
 placement is fed (in-flight load, LRU order, running and loading adapters, the refused
-cooldown), a request's use (most recently used, not evictable), a listing merged (other
+cooldown), a request's use (most recently used, not evictable), and what the engines run for other
+gateways (not evictable either), a listing merged (other
 gateways' loads and evictions, the loaded gauge), and endpoints that left the catalog.
 
 Loads themselves talk to a real adapter-loader: tests/integration/test_gateway_adapters.py.
@@ -52,12 +53,18 @@ def slots(registry: CollectorRegistry) -> AdapterSlots:
     return AdapterSlots(AdapterMetrics.create(registry))
 
 
-def place(slots: AdapterSlots, name: str = "x", **in_flight: int) -> placement.Placement | None:
+def place(
+    slots: AdapterSlots,
+    name: str = "x",
+    busy: dict[str, frozenset[str]] | None = None,
+    **in_flight: int,
+) -> placement.Placement | None:
     return slots.place(
         ENDPOINTS,
         adapter=adapter(name),
         loaders=LOADERS,
         in_flight={u: in_flight.get(k, 0) for k, u in (("a", A), ("b", B))},
+        busy=busy or {},
         now=100.0,
     )
 
@@ -84,6 +91,14 @@ def test_a_running_adapter_is_recent_and_not_evictable(slots: AdapterSlots) -> N
         assert list(slots.replicas[A].lru) == ["q", "p"]
         assert place(slots, "z") == placement.Placement(url=A, why=placement.Why.EVICT, evict="q")
     assert slots.replicas[B].running == {}
+
+
+def test_what_the_engine_runs_for_other_gateways_is_not_evicted(slots: AdapterSlots) -> None:
+    place(slots)
+    slots.merge(A, {"p": DIGEST, "q": DIGEST}, asked_at=0.0)
+    slots.merge(B, {"r": DIGEST, "s": DIGEST}, asked_at=0.0)
+    busy = {A: frozenset({"p", "q"}), B: frozenset({"r"})}
+    assert place(slots, "z", busy) == placement.Placement(url=B, why=placement.Why.EVICT, evict="s")
 
 
 def test_a_refused_digest_keeps_the_worker_out_for_a_while(slots: AdapterSlots) -> None:

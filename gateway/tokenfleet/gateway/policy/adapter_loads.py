@@ -1,6 +1,10 @@
 """What the gateway makes of adapter-loader answers (pure): a load's outcome, a listing merged
 into what the gateway believes a replica holds, and placement reasons as metric labels.
 
+The engine's own ``vllm:lora_requests_info`` (scraped with its load every second) names the
+adapters with requests running or waiting there — any gateway's: :func:`busy` reads it, and
+placement never evicts them (an unload under a running request would fail it).
+
 The loader (docs/adapters.md) answers a load with 200 (the engine has it), 422 (the worker's
 own verification refused the files: the engine never heard of them) or 502 (the engine refused
 or is down). A 422 is about the artifact on that worker, so the gateway does not ask that
@@ -18,12 +22,18 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from collections.abc import Collection
 from typing import Any
 
 import orjson
 
 from tokenfleet.gateway.policy.adapters import Why
+from tokenfleet.signals import vllm
+
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+#: The info gauge's labels that list adapter names (comma-separated).
+_BUSY_LABELS = ("running_lora_adapters", "waiting_lora_adapters")
 
 #: A worker whose verification refused an adapter's digest is not asked again for it this long
 #: (seconds): its files or trust will not change by themselves in less, and each refused load
@@ -101,3 +111,29 @@ PLACEMENT = {
     Why.GROW: "spilled",
     Why.NO_SLOT: "no_slot",
 }
+
+
+def busy(text: str) -> frozenset[str] | None:
+    """Adapters with requests running or waiting on an engine, from its /metrics page: the
+    newest ``vllm:lora_requests_info`` sample (its value is the observation's time); None when
+    the page has none (no LoRA, or another engine)."""
+    newest: tuple[float, str] | None = None
+    for name in vllm.LORA_REQUESTS_INFO:
+        opening, start = name + "{", 0
+        while (i := text.find(opening, start)) >= 0:
+            start = i + len(opening)
+            if i and text[i - 1] != "\n":
+                continue
+            end = text.find("\n", i)
+            line = text[i : end if end >= 0 else len(text)]
+            close = line.rfind("}")
+            try:
+                value = float(line[close + 1 :])
+            except ValueError:
+                continue
+            if newest is None or value >= newest[0]:
+                newest = (value, line[len(opening) : close])
+    if newest is None:
+        return None
+    labels = dict(_LABEL.findall(newest[1]))
+    return frozenset(n for key in _BUSY_LABELS for n in labels.get(key, "").split(",") if n)
