@@ -146,6 +146,24 @@ class PrometheusSignals:
             log.warning("prometheus at %s: tenants' last use unreadable: %s", self.url, exc)
             return None
 
+    def adapter_placement(self) -> dict[tuple[str, str], tuple[tuple[str, ...], int]] | None:
+        """(namespace, adapter) → (pods it is loaded on, requests served), from the gateways'
+        series; None when unreadable (status then keeps the last report)."""
+        found: dict[tuple[str, str], tuple[tuple[str, ...], int]] = {}
+        try:
+            for r in self._query(queries.adapter_loaded_pods()):
+                key = (r["metric"].get("namespace", ""), r["metric"].get("adapter", ""))
+                pods, served = found.get(key, ((), 0))
+                if float(r["value"][1]) > 0:
+                    found[key] = ((*pods, r["metric"].get("pod", "")), served)
+            for r in self._query(queries.adapter_requests()):
+                key = (r["metric"].get("namespace", ""), r["metric"].get("adapter", ""))
+                found[key] = (found.get(key, ((), 0))[0], round(float(r["value"][1])))
+        except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
+            log.warning("prometheus at %s: adapter placement unreadable: %s", self.url, exc)
+            return None
+        return found
+
     def _query(self, promql: str) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._prom.custom_query(
             promql, params={"timeout": f"{TIMEOUT_SECONDS}s"}, timeout=TIMEOUT_SECONDS + 1
