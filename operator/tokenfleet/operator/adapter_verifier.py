@@ -1,8 +1,8 @@
 """The operator's check of ModelAdapter artifacts: tokenfleet.signing, off the reconcile loop.
 
 Each (adapter, digest, trust) is verified once, in a background thread, and the loop is woken
-when a verdict arrives; status shows it from then on. An unreachable artifact is tried again
-after ``RETRY_UNREACHABLE_SECONDS``. This verdict is what the gateways require before they ask
+when a verdict arrives; status shows it from then on. A refusal is tried again after
+``RETRY_REFUSED_SECONDS``. This verdict is what the gateways require before they ask
 a worker to load the adapter; the worker's sidecar verifies again before its engine sees the
 files, so what serves is always what was checked there (docs/adapters.md).
 """
@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tokenfleet.operator.adapters")
 
-RETRY_UNREACHABLE_SECONDS = 60.0
-#: Verdicts that may change without a spec change: the files or the trust Secret may appear.
-_RETRIED = ("ArtifactUnreachable", "TrustSecretMissing")
+#: A refusal is checked again this long after it: the files, or the trust Secret, may be put
+#: right without any change to the spec.
+RETRY_REFUSED_SECONDS = 60.0
 #: Adapters are tens of MB; one stuck download must not hold every other verdict back.
 FETCH_TIMEOUT_SECONDS = 30.0
 
@@ -65,7 +65,7 @@ class AdapterVerifier:
         done = self._done.get(key)
         if done is not None:
             verdict, at = done
-            stale = verdict.reason in _RETRIED and time.monotonic() - at > RETRY_UNREACHABLE_SECONDS
+            stale = verdict.reason != "Verified" and time.monotonic() - at > RETRY_REFUSED_SECONDS
             if not stale:
                 return verdict
         if key not in self._running:
