@@ -201,3 +201,12 @@ def adapter_requests() -> str:
     """Requests each adapter was served, summed over the gateway replicas (since each
     started: a counter's value, not a rate)."""
     return f"sum by (namespace, adapter) ({gateway.ADAPTER_REQUESTS})"
+
+
+def lora_requests_info() -> str:
+    """Every worker's vLLM LoRA info series (labels name the running and waiting adapters; the
+    value is when the engine wrote it, so a pod's newest series is its current state)."""
+    return " or ".join(
+        f"max by (namespace, pod, running_lora_adapters, waiting_lora_adapters) ({name})"
+        for name in vllm.LORA_REQUESTS_INFO
+    )

@@ -182,20 +182,35 @@ class Reconciler:
         self.adapter_verifier.forget({b["metadata"]["uid"] for b in adapters})
         if not adapters:
             return
-        placement = (
-            await asyncio.to_thread(self.signals.adapter_placement) if self.signals else None
-        )
+        reports = await asyncio.to_thread(self._adapter_reports) if self.signals else None
         deployments: dict[str, list[dict[str, Any]]] = {}
         for body in _bodies(self.indexes.models):
             deployments.setdefault(body["metadata"]["namespace"], []).append(body)
         for body in adapters:
-            await self._guarded(body, self._report_adapter(body, deployments, placement, now))
+            await self._guarded(body, self._report_adapter(body, deployments, reports, now))
+
+    def _adapter_reports(self) -> dict[tuple[str, str], adapter_status.Placement] | None:
+        """(namespace, served name) → what the gateways and engines report of the adapter;
+        None when the gateways' series are unreadable (status keeps the last report)."""
+        assert self.signals is not None
+        placement = self.signals.adapter_placement()
+        if placement is None:
+            return None
+        in_use = self.signals.adapters_in_use() or {}
+        return {
+            key: adapter_status.Placement(
+                pods=placement.get(key, ((), 0))[0],
+                requests=placement.get(key, ((), 0))[1],
+                active=in_use.get(key, ()),
+            )
+            for key in placement.keys() | in_use.keys()
+        }
 
     async def _report_adapter(
         self,
         body: dict[str, Any],
         deployments: Mapping[str, list[dict[str, Any]]],
-        placement: Mapping[tuple[str, str], tuple[tuple[str, ...], int]] | None,
+        reports: Mapping[tuple[str, str], adapter_status.Placement] | None,
         now: datetime.datetime,
     ) -> None:
         meta = body["metadata"]
@@ -214,9 +229,10 @@ class Reconciler:
                 trust=adapter_loader.adapter_trust(base.spec),
             )
         reported = None
-        if placement is not None:
-            pods, served = placement.get((meta["namespace"], spec.served_name), ((), 0))
-            reported = adapter_status.Placement(pods=pods, requests=served)
+        if reports is not None:
+            reported = reports.get(
+                (meta["namespace"], spec.served_name), adapter_status.Placement()
+            )
         status, events = adapter_status.plan(
             spec=spec,
             generation=meta.get("generation"),

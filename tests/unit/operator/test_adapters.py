@@ -199,15 +199,18 @@ def test_a_refusal_is_a_warning_once_with_the_reason_and_a_fix_is_an_event() -> 
 
 
 def test_placement_from_the_gateways_and_kept_when_unreadable() -> None:
-    placement = adapter_status.Placement(pods=("w-2", "w-1"), requests=41)
+    placement = adapter_status.Placement(pods=("w-2", "w-1"), requests=41, active=("w-2",))
     status, _ = plan(placement=placement)
     assert (status.loaded_on, status.loaded_replicas, status.requests_served) == (
         ["w-1", "w-2"],
         2,
         41,
     )
+    assert status.active_on == ["w-2"]
     kept, _ = plan(placement=None, old=status)
-    assert (kept.loaded_on, kept.requests_served) == (["w-1", "w-2"], 41)
+    assert (kept.loaded_on, kept.requests_served, kept.active_on) == (["w-1", "w-2"], 41, ["w-2"])
+    gone, _ = plan(placement=adapter_status.Placement(), old=status)
+    assert (gone.loaded_on, gone.loaded_replicas, gone.active_on) == ([], 0, [])
 
 
 def test_the_status_has_the_shape_the_crd_stores() -> None:

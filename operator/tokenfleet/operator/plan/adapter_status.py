@@ -42,6 +42,7 @@ class Placement:
 
     pods: tuple[str, ...] = ()
     requests: int = 0
+    active: tuple[str, ...] = ()  # pods whose engine runs or queues its requests now
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,6 +137,7 @@ def plan(
     ]
     if placement is None:
         pods = tuple(old.loaded_on) if old else ()
+        active = tuple(old.active_on) if old else ()
         loaded, requests = (old.loaded_replicas, old.requests_served) if old else (0, 0)
     else:
         pods, loaded, requests = (
@@ -143,6 +145,7 @@ def plan(
             len(placement.pods),
             placement.requests,
         )
+        active = tuple(sorted(placement.active))
     status = ModelAdapterStatus(
         observed_generation=generation,
         digest=current.digest if current else "",
@@ -151,6 +154,7 @@ def plan(
         signer=current.signer if current and current.verified else "",
         loaded_replicas=loaded,
         loaded_on=list(pods[:MAX_LISTED_PODS]),
+        active_on=list(active[:MAX_LISTED_PODS]),
         requests_served=requests,
         conditions=conditions,
     )
