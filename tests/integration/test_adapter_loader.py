@@ -4,7 +4,8 @@ unsigned and foreign-signed ones are refused (422, the verdict's reason) and the
 hears of them; unload removes it; a remote adapter is downloaded once per digest yet verified on
 every load (a tampered cached copy is refused); concurrent loads of one name make one engine
 load; a new digest under a loaded name replaces it; bad bodies are 400, an unreachable engine
-502. Engine calls are counted in the simulator's own HTTP log (``--log-http``)."""
+502 (yet a refusal still 422). Engine calls are counted in the simulator's own HTTP log
+(``--log-http``)."""
 
 from __future__ import annotations
 
@@ -221,3 +222,5 @@ def test_an_unreachable_engine_is_502(key: tuple[Path, Path], tmp_path: Path) ->
         assert status == 502, body
         assert "unreachable" in body["error"]
         assert adapters.call(f"{lonely.url}/v1/adapters")[1] == {"adapters": []}
+        status, body = lonely.load("epsilon", _tampered(tmp_path / "t", key))
+        assert status == 422, body  # a refusal needs no engine

@@ -169,3 +169,16 @@ def test_loaded_on_the_wire() -> None:
         "digest": DIGEST,
         "loadedAt": "1970-01-01T00:00:00Z",
     }
+
+
+@pytest.mark.parametrize(
+    ("verdict", "before", "asks"),
+    [
+        pytest.param(VERIFIED, None, True, id="verified-asks"),
+        pytest.param(REFUSED, None, False, id="refused-new-needs-no-engine"),
+        pytest.param(REFUSED, loaded(OTHER), False, id="refused-other-digest-needs-no-engine"),
+        pytest.param(REFUSED, loaded(), True, id="refused-loaded-digest-must-unload"),
+    ],
+)
+def test_asks_engine(verdict: Verdict, before: Loaded | None, asks: bool) -> None:
+    assert adapter_plan.asks_engine(request=REQUEST, verdict=verdict, loaded=before) is asks

@@ -103,11 +103,12 @@ class Loads:
         with self._guard:
             before = self._loaded.get(request.name)
         try:
+            asks = adapter_plan.asks_engine(request=request, verdict=checked.verdict, loaded=before)
             plan = adapter_plan.decide(
                 request=request,
                 verdict=checked.verdict,
                 loaded=before,
-                engine_lists=request.name in self._engine.names(),
+                engine_lists=asks and request.name in self._engine.names(),
             )
             self._act(request, plan, checked)
         except engine_lora.EngineError as error:

@@ -185,6 +185,12 @@ class Plan:
     load: bool = False
 
 
+def asks_engine(*, request: LoadRequest, verdict: Verdict, loaded: Loaded | None) -> bool:
+    """Whether :func:`decide` needs the engine's list: not for a refusal of files the engine
+    does not serve, so a refusal is a 422 even while the engine is down."""
+    return verdict.verified or (loaded is not None and loaded.digest == request.digest)
+
+
 def decide(
     *, request: LoadRequest, verdict: Verdict, loaded: Loaded | None, engine_lists: bool
 ) -> Plan:
