@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 
 from support import adapters
 from support.adapters import Loader, Signed
-from support.gateway import Sim, free_port, start_sim
+from support.gateway import Sim, free_port, spawn, start_sim
 
 LOAD_URI = 'requestURI="/v1/load_lora_adapter"'
 UNLOAD_URI = 'requestURI="/v1/unload_lora_adapter"'
@@ -224,3 +225,12 @@ def test_an_unreachable_engine_is_502(key: tuple[Path, Path], tmp_path: Path) ->
         assert adapters.call(f"{lonely.url}/v1/adapters")[1] == {"adapters": []}
         status, body = lonely.load("epsilon", _tampered(tmp_path / "t", key))
         assert status == 422, body  # a refusal needs no engine
+
+
+def test_a_sidecar_without_trust_refuses_to_start(tmp_path: Path) -> None:
+    """Whom to trust is the sidecar's own setting; without one it never serves a request."""
+    log = tmp_path / "untrusting.log"
+    env = {"TOKENFLEET_ADAPTER_PORT": str(free_port()), "TOKENFLEET_ADAPTER_ADDRESS": "127.0.0.1"}
+    process = spawn([sys.executable, "-m", "tokenfleet.worker.adapters"], log, env=env)
+    assert process.wait(timeout=30) == 2
+    assert "TOKENFLEET_TRUST_PUBLIC_KEY" in log.read_text()
