@@ -128,6 +128,21 @@ def test_unload_removes_it_from_the_engine(
     assert loader.unload("beta")[0] == 404  # not loaded (any more)
 
 
+def test_what_the_engine_forgot_is_loaded_again_and_unloads_cleanly(
+    loader: Loader, sim: Sim, key: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """As after an engine restart: the sidecar's record says loaded, the engine does not."""
+    signed = adapters.signed_adapter(tmp_path, "zeta", private_key=key[0])
+    assert loader.load("zeta", signed)[0] == 200
+    assert adapters.call(f"{sim.url}/v1/unload_lora_adapter", {"lora_name": "zeta"})[0] == 200
+    assert loader.load("zeta", signed)[0] == 200  # the same digest, but not "already loaded"
+    assert "zeta" in adapters.engine_models(sim.url)
+    assert adapters.call(f"{sim.url}/v1/unload_lora_adapter", {"lora_name": "zeta"})[0] == 200
+    assert loader.unload("zeta") == (200, {"name": "zeta"})
+    listing = adapters.call(f"{loader.url}/v1/adapters")[1]["adapters"]
+    assert "zeta" not in {entry["name"] for entry in listing}
+
+
 def test_a_remote_adapter_downloads_once_but_verifies_on_every_load(
     loader: Loader, sim: Sim, key: tuple[Path, Path], tmp_path: Path, root: Path
 ) -> None:

@@ -83,7 +83,8 @@ class Loads:
             if loaded is None:
                 return adapter_plan.error_answer("NotLoaded", f"{request.name!r} is not loaded")
             try:
-                self._engine.unload(request.name)
+                if request.name in self._engine.names():  # a restarted engine forgot it already
+                    self._engine.unload(request.name)
             except engine_lora.EngineError as error:
                 return adapter_plan.error_answer("EngineError", str(error))
             with self._guard:
@@ -129,9 +130,9 @@ class Loads:
         self, request: LoadRequest, plan: adapter_plan.Plan, checked: adapter_files.Checked
     ) -> None:
         """The plan's engine calls, in order, with the sidecar's record kept in step."""
-        if plan.unload_first or plan.why is adapter_plan.Why.UNLOADED_REFUSED:
-            if plan.unload_first:
-                self._engine.unload(request.name)
+        if plan.unload_first:
+            self._engine.unload(request.name)
+        if plan.forget:
             with self._guard:
                 self._loaded.pop(request.name, None)
         if plan.load and checked.path is not None:

@@ -178,10 +178,12 @@ class Why(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
-    """The engine calls a load needs, in order: unload ``name`` first, then load it."""
+    """What a load does, in order: unload ``name`` from the engine, forget this sidecar's
+    record of it, load the verified files under it."""
 
     why: Why
     unload_first: bool = False
+    forget: bool = False
     load: bool = False
 
 
@@ -203,12 +205,12 @@ def decide(
     same = loaded is not None and loaded.digest == request.digest
     if not verdict.verified:
         if same:
-            return Plan(why=Why.UNLOADED_REFUSED, unload_first=engine_lists)
+            return Plan(why=Why.UNLOADED_REFUSED, unload_first=engine_lists, forget=True)
         return Plan(why=Why.REFUSED)
     if same and engine_lists:
         return Plan(why=Why.ALREADY_LOADED)
     if engine_lists:
-        return Plan(why=Why.REPLACED, unload_first=True, load=True)
+        return Plan(why=Why.REPLACED, unload_first=True, forget=True, load=True)
     return Plan(why=Why.LOADED, load=True)
 
 
