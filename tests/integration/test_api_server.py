@@ -32,6 +32,7 @@ def test_crds_are_established_with_short_names(cluster: Cluster) -> None:
         ("InferencePool", "tfpool"),
         ("ModelDeployment", "tfmodel"),
         ("Tenant", "tftenant"),
+        ("ModelAdapter", "tfadapter"),
     ):
         assert kind in names and short in names
 

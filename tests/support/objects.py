@@ -45,7 +45,19 @@ MODEL_SPEC: Obj = {
 }
 TENANT_SPEC: Obj = {"apiKeySecretRef": {"name": "demo-keys"}, "allowedModels": ["demo-model"]}
 
-BASE = {"InferencePool": POOL_SPEC, "ModelDeployment": MODEL_SPEC, "Tenant": TENANT_SPEC}
+ADAPTER_SPEC: Obj = {
+    "base": "demo-model",
+    "servedName": "demo-adapter",
+    "artifact": {"uri": "file:///models/adapters/demo", "digest": "sha256:" + "b" * 64},
+    "tenants": ["demo-tenant"],
+}
+
+BASE = {
+    "InferencePool": POOL_SPEC,
+    "ModelDeployment": MODEL_SPEC,
+    "Tenant": TENANT_SPEC,
+    "ModelAdapter": ADAPTER_SPEC,
+}
 
 
 def manifest(kind: str, name: str, namespace: str, spec: Obj) -> Obj:
@@ -299,5 +311,23 @@ INVALID = [
     _case("tenant-missing-allowed-models", "Tenant", {"allowedModels": DELETE}, "Required value"),
     _case(
         "tenant-class-name-with-spaces", "Tenant", {"priorityClass": "Gold Tier"}, "should match"
+    ),
+    _case(
+        "model-adapters-without-lora",
+        "ModelDeployment",
+        {"adapters": {}},
+        "adapters: serving ModelAdapters needs engine.lora",
+    ),
+    _case(
+        "adapter-without-tenants", "ModelAdapter", {"tenants": []}, "should have at least 1 item"
+    ),
+    _case(
+        "adapter-short-digest",
+        "ModelAdapter",
+        {"artifact": {"digest": "sha256:abc"}},
+        "should match",
+    ),
+    _case(
+        "adapter-tenant-name-with-capitals", "ModelAdapter", {"tenants": ["Acme"]}, "should match"
     ),
 ]

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from tokenfleet.api.adapter import ModelAdapterStatus
 from tokenfleet.api.deployment import ModelDeploymentStatus
 from tokenfleet.api.pool import InferencePoolStatus
 from tokenfleet.api.tenant import TenantStatus
@@ -24,12 +25,14 @@ SCRIPTS = {
     "InferencePool": "inferencepool.lua",
     "ModelDeployment": "modeldeployment.lua",
     "Tenant": "tenant.lua",
+    "ModelAdapter": "modeladapter.lua",
 }
 
 STATUSES: dict[str, type[BaseModel]] = {
     "InferencePool": InferencePoolStatus,
     "ModelDeployment": ModelDeploymentStatus,
     "Tenant": TenantStatus,
+    "ModelAdapter": ModelAdapterStatus,
 }
 
 CASES = [
@@ -55,6 +58,9 @@ CASES = [
     ("tenant-ready", "Healthy", "2 API key(s)"),
     ("tenant-no-keys", "Degraded", "tokenfleet tenant create-key"),
     ("tenant-new", "Progressing", "waiting for the operator"),
+    ("modeladapter-ready", "Healthy", "loaded on 2 replica(s)"),
+    ("modeladapter-tampered", "Degraded", "DigestMismatch: the adapter is refused"),
+    ("modeladapter-verifying", "Progressing", "Verifying: the adapter's signature"),
 ]
 
 

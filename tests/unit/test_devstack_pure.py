@@ -89,6 +89,22 @@ def test_which_pods_get_a_simulator(the_pod: dict[str, Any], wanted: bool) -> No
             (),
             id="engine-only-flags-dropped",
         ),
+        pytest.param(
+            [
+                "/models/artifact",
+                "--enable-lora",
+                "--max-loras",
+                "4",
+                "--max-lora-rank",
+                "16",
+                "--max-cpu-loras",
+                "8",
+            ],
+            "/models/artifact",
+            (),
+            ("--max-loras", "4", "--max-cpu-loras", "8"),
+            id="lora-slots-kept-enable-and-rank-dropped",
+        ),
     ],
 )
 def test_serve_arguments_map_onto_the_simulator(

@@ -84,6 +84,12 @@ class ModelAdapterStatus(Model):
     loaded_on: list[str] = Field(
         default_factory=list, max_length=64, description="Worker pods it is loaded on."
     )
+    active_on: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Worker pods whose engine is running or queueing its requests now (vLLM's "
+        "vllm:lora_requests_info).",
+    )
     requests_served: int = Field(
         default=0, description="Requests the gateways served with it since they started."
     )

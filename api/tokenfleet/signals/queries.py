@@ -190,3 +190,23 @@ def tenant_last_served(seconds: int) -> str:
     ``seconds``: ``max_over_time`` keeps it through a replica's restart, which drops the series
     until that tenant is served again."""
     return f"max by (tenant) (max_over_time({usage.USAGE_LAST_SERVED}[{max(1, seconds)}s]))"
+
+
+def adapter_loaded_pods() -> str:
+    """Each adapter's worker pods any gateway replica has it loaded on now."""
+    return f"max by (namespace, adapter, pod) ({gateway.ADAPTER_LOADED})"
+
+
+def adapter_requests() -> str:
+    """Requests each adapter was served, summed over the gateway replicas (since each
+    started: a counter's value, not a rate)."""
+    return f"sum by (namespace, adapter) ({gateway.ADAPTER_REQUESTS})"
+
+
+def lora_requests_info() -> str:
+    """Every worker's vLLM LoRA info series (labels name the running and waiting adapters; the
+    value is when the engine wrote it, so a pod's newest series is its current state)."""
+    return " or ".join(
+        f"max by (namespace, pod, running_lora_adapters, waiting_lora_adapters) ({name})"
+        for name in vllm.LORA_REQUESTS_INFO
+    )

@@ -14,6 +14,10 @@ verified exactly as the worker image's entrypoint would (tokenfleet.signing, wit
 Secret read from the API where a kubelet would mount it): no opt-in. The verdict, pass or not,
 goes into the pod's ``tokenfleet.io/verdict`` annotation; a refused pod stays NotReady with the
 verdict's reason and gets no simulator, as its engine would never start.
+
+A worker pod with an ``adapter-loader`` container also gets that sidecar as a process beside
+its simulator, on ``podIP:8002`` (tokenfleet.devstack.adapterloaders): stopped with the
+simulator, restarted when it exits.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 import aiohttp
 
 from tokenfleet.api import labels
-from tokenfleet.devstack import podstatus, processes, simulated, termination
+from tokenfleet.devstack import adapterloaders, podstatus, processes, simulated, termination
 from tokenfleet.kubeapi import ApiError, KubeApi, Obj
 from tokenfleet.signing.verdict import Reason, Verdict
 
@@ -39,9 +43,6 @@ log = logging.getLogger("tokenfleet.devstack.nodeagent")
 
 PROBE_INTERVAL_SECONDS = 0.5
 PROBE_TIMEOUT_SECONDS = 2.0
-#: Crash-loop back-off, as a kubelet does: 1 s, doubling per restart, at most 30 s.
-RESTART_BACKOFF_SECONDS = 1.0
-MAX_BACKOFF_SECONDS = 30.0
 AGENT_NAME = "tokenfleet-node-agent"  # the source of the Events it records
 
 
@@ -99,6 +100,7 @@ class RunningSim:
     spec: simulated.SimSpec
     child: processes.Child
     server: asyncio.Server
+    listen: int  # the simulator's private port on 127.0.0.1
     ready: bool = False
     probe: asyncio.Task[None] | None = None
 
@@ -120,6 +122,9 @@ class NodeAgent:
         self._verdicts: dict[str, Verdict] = {}  # pod uid → artifact verdict (opted-in pods)
         self._verifying: dict[str, asyncio.Task[None]] = {}
         self._terminations = termination.Terminations(api)  # preStop, SIGTERM, SIGKILL
+        self._loaders = adapterloaders.AdapterLoaders(
+            workdir=logs / "adapter-loaders", logs=logs / "adapter-loaders" / "logs"
+        )
 
     async def run(self) -> None:
         """Reconcile until cancelled; stops every simulator on the way out."""
@@ -143,7 +148,8 @@ class NodeAgent:
                 sim.server.close()
             # not in a worker thread: at shutdown the pool may be busy (verifications) and this
             # must not queue behind it; blocking the loop for the grace period is fine now
-            children = [s.child for s in leaving] + self._terminations.close()
+            children = [s.child for s in leaving] + self._loaders.close()
+            children += self._terminations.close()
             processes.stop(children, grace_seconds=5.0)
             await self._session.close()
 
@@ -197,12 +203,12 @@ class NodeAgent:
         for uid in list(self._sims):
             sim = self._sims[uid]
             if self._deleting_worker(uid):  # like a kubelet: preStop, SIGTERM, SIGKILL, delete
-                self._hand_over(uid)
+                await self._hand_over(uid)
             elif wanted.get(uid) != sim.spec:
                 await self._stop(uid)
             elif not sim.child.alive():
                 crashes = self._crashes.get(uid, 0) + 1
-                delay = min(RESTART_BACKOFF_SECONDS * 2 ** (crashes - 1), MAX_BACKOFF_SECONDS)
+                delay = processes.restart_delay(crashes)
                 log.warning(
                     "simulator of %s exited (%d times); restarting in %.0f s:\n%s",
                     sim.spec.pod_key,
@@ -219,6 +225,7 @@ class NodeAgent:
             due = time.monotonic() >= self._not_before.get(uid, 0.0)
             if uid not in self._sims and due and self._verified(uid):
                 await self._start(spec)
+        await self._keep_adapter_loaders()
         self._forget_gone_pods()
 
     def _deleting_worker(self, uid: str) -> bool:
@@ -226,10 +233,11 @@ class NodeAgent:
         deleting = pod is not None and pod["metadata"].get("deletionTimestamp")
         return bool(deleting and simulated.is_worker(pod or {}) and uid not in self._terminations)
 
-    def _hand_over(self, uid: str) -> None:
+    async def _hand_over(self, uid: str) -> None:
         sim = self._sims.pop(uid)
         if sim.probe is not None:
             sim.probe.cancel()
+        await self._stop_adapter_loader(uid)
         url = f"http://{sim.spec.pod_ip}:{sim.spec.port}"
         self._terminations.start(self._pods[uid], child=sim.child, server=sim.server, url=url)
 
@@ -239,6 +247,7 @@ class NodeAgent:
             self._not_before.pop(uid, None)
         for uid in set(self._verdicts) - set(self._pods):
             self._verdicts.pop(uid, None)
+        self._loaders.forget(set(self._pods))
 
     def _verified(self, uid: str) -> bool:
         """True when the pod may start: no verification asked, or its artifact verified.
@@ -286,7 +295,9 @@ class NodeAgent:
         if check.secret:
             public_key = self._logs / "trust" / f"{uid}.pem"
             try:
-                await self._write_secret_key(pod, check, public_key)
+                await self._write_secret_key(
+                    pod, secret=check.secret, key=check.secret_key, target=public_key
+                )
             except (ApiError, KeyError, ValueError) as exc:
                 return Verdict(
                     reason=Reason.UNTRUSTED_SIGNER,
@@ -295,15 +306,11 @@ class NodeAgent:
         workdir = self._logs / "artifacts" / uid
         return await asyncio.to_thread(_verify_blocking, check, public_key, workdir)
 
-    async def _write_secret_key(
-        self, pod: Obj, check: simulated.ArtifactCheck, target: Path
-    ) -> None:
+    async def _write_secret_key(self, pod: Obj, *, secret: str, key: str, target: Path) -> None:
         """What a kubelet would mount: the Secret's key, decoded, in a file."""
         namespace = pod["metadata"]["namespace"]
-        secret = await self._api.call(
-            "GET", f"/api/v1/namespaces/{namespace}/secrets/{check.secret}"
-        )
-        data = base64.b64decode(secret["data"][check.secret_key], validate=True)
+        found = await self._api.call("GET", f"/api/v1/namespaces/{namespace}/secrets/{secret}")
+        data = base64.b64decode(found["data"][key], validate=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
 
@@ -330,10 +337,24 @@ class NodeAgent:
             log=self._logs / "sims" / f"{name}.log",
             env=spec.env(),
         )
-        sim = RunningSim(spec=spec, child=child, server=server)
+        sim = RunningSim(spec=spec, child=child, server=server, listen=listen)
         sim.probe = asyncio.create_task(self._probe_until_ready(spec.pod_uid, sim))
         self._sims[spec.pod_uid] = sim
         log.info("started simulator for %s at %s:%s", spec.pod_key, spec.pod_ip, spec.port)
+
+    async def _keep_adapter_loaders(self) -> None:
+        """Each running simulator whose pod has an adapter-loader gets it beside it."""
+        engines = {
+            uid: (self._pods[uid], sim.listen)
+            for uid, sim in self._sims.items()
+            if uid in self._pods
+        }
+        await self._loaders.keep(engines, mount=self._write_secret_key, now=time.monotonic())
+
+    async def _stop_adapter_loader(self, uid: str) -> None:
+        child = self._loaders.stop(uid)
+        if child is not None:
+            await asyncio.to_thread(processes.stop, [child], grace_seconds=3.0)
 
     async def _cannot_listen(self, spec: simulated.SimSpec, exc: OSError) -> None:
         """Say so in the pod's status and an Event; retry with the crash back-off (a failure to
@@ -342,7 +363,7 @@ class NodeAgent:
         log.error("cannot listen on %s for %s: %s", address, spec.pod_key, exc)
         failures = self._crashes.get(spec.pod_uid, 0) + 1
         self._crashes[spec.pod_uid] = failures
-        delay = min(RESTART_BACKOFF_SECONDS * 2 ** (failures - 1), MAX_BACKOFF_SECONDS)
+        delay = processes.restart_delay(failures)
         self._not_before[spec.pod_uid] = time.monotonic() + delay
         pod = self._pods.get(spec.pod_uid)
         if pod is None:
@@ -364,6 +385,7 @@ class NodeAgent:
         if sim.probe is not None:
             sim.probe.cancel()
         sim.server.close()
+        await self._stop_adapter_loader(uid)  # a restarted engine has no adapters: nor will it
         await asyncio.to_thread(processes.stop, [sim.child], grace_seconds=3.0)
         log.info("stopped simulator for %s", sim.spec.pod_key)
 

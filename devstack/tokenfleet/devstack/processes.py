@@ -19,6 +19,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
+#: Crash-loop back-off, as a kubelet does: 1 s, doubling per restart, at most 30 s.
+RESTART_BACKOFF_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 30.0
+
+
+def restart_delay(exits: int) -> float:
+    """Seconds to wait before starting a child again after ``exits`` consecutive exits."""
+    return min(RESTART_BACKOFF_SECONDS * 2.0 ** max(exits - 1, 0), MAX_BACKOFF_SECONDS)
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec

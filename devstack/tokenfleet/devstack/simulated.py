@@ -1,6 +1,7 @@
 """What simulated vLLM a worker pod gets: its `vllm serve` arguments mapped onto the simulator's.
 
-Pure: a pod object in, a :class:`SimSpec` (or None for pods that run no engine) out. The
+Pure: a pod object in, a :class:`SimSpec` (or None for pods that run no engine) out, and for a
+pod with an ``adapter-loader`` sidecar its :class:`AdapterLoaderSpec`. The
 simulator is configured from the same arguments the real engine would get, so a pod rendered by
 the operator behaves here as it would on a GPU node; annotation ``sim.tokenfleet.io/args`` adds
 simulator-only behaviour (latency, failure injection) for tests.
@@ -10,14 +11,23 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from pathlib import Path
 from typing import Any
 
 from tokenfleet.api import labels
 
 DEFAULT_PORT = 8000
 
-# vLLM flags the simulator understands with the same meaning, and whether each takes a value.
-_PASSED_THROUGH = {"--max-num-seqs": True, "--max-model-len": True, "--seed": True}
+# vLLM flags the simulator understands with the same meaning (each takes a value); the LoRA
+# slots are simulated (a request for an adapter waits for a free one, as on vLLM).
+_PASSED_THROUGH = ("--max-num-seqs", "--max-model-len", "--seed", "--max-loras", "--max-cpu-loras")
+# vLLM flags the simulator lacks, and whether each takes a value: it always accepts runtime LoRA
+# loads (nothing for --enable-lora to turn on) and loads no weights (no rank to bound), and it
+# refuses flags it does not know (tokenfleet.worker.engines drops the same ones).
+_NOT_SIMULATED = {"--enable-lora": False, "--max-lora-rank": True}
+#: The worker pod's sidecar that loads LoRA adapters into its engine (docs/adapters.md).
+ADAPTER_LOADER = "adapter-loader"
+ADAPTER_LOADER_PORT = 8002
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,12 +75,12 @@ def _engine_container(pod: dict[str, Any]) -> dict[str, Any]:
     return containers[0] if containers else {}
 
 
-def _port(container: dict[str, Any]) -> int:
+def _port(container: dict[str, Any], *, name: str = "http", default: int = DEFAULT_PORT) -> int:
     ports: list[dict[str, Any]] = container.get("ports", [])
     for p in ports:
-        if p.get("name") == "http":
+        if p.get("name") == name:
             return int(p["containerPort"])
-    return int(ports[0]["containerPort"]) if ports else DEFAULT_PORT
+    return int(ports[0]["containerPort"]) if ports else default
 
 
 def _parse_serve_args(args: list[str]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
@@ -90,6 +100,8 @@ def _parse_serve_args(args: list[str]) -> tuple[str, tuple[str, ...], tuple[str,
         elif a in _PASSED_THROUGH and i + 1 < len(args):
             passed += [a, args[i + 1]]
             i += 1
+        elif a in _NOT_SIMULATED:
+            i += int(_NOT_SIMULATED[a])
         elif a == "--enable-prefix-caching":
             passed.append("--enable-kvcache")
         elif not a.startswith("-") and not model:
@@ -195,3 +207,60 @@ def _mounted_secret(pod: dict[str, Any], container: dict[str, Any], path: str) -
     items = volume["secret"].get("items") or [{"key": file_name, "path": file_name}]
     key = next((i["key"] for i in items if i.get("path") == file_name), "")
     return (volume["secret"].get("secretName", ""), key)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AdapterLoaderSpec:
+    """The pod's ``adapter-loader`` sidecar, as a process beside its simulator.
+
+    ``env`` is the container's literal environment; ``secret``/``secret_key`` name the trust
+    key a kubelet would mount at ``TOKENFLEET_TRUST_PUBLIC_KEY`` (the node agent reads it from
+    the API and writes it into the pod's work directory instead).
+    """
+
+    pod_uid: str
+    pod_key: str
+    pod_ip: str
+    port: int
+    env: tuple[tuple[str, str], ...]
+    secret: str = ""
+    secret_key: str = ""
+
+    def process_env(
+        self, *, engine_url: str, adapter_dir: Path, public_key: Path | None
+    ) -> dict[str, str]:
+        """The container's environment with what differs on a simulated node: the pod IP to
+        bind (pods share the host's network here), the engine's private address, a per-pod
+        adapter directory, and the trust key's file."""
+        env = dict(self.env)
+        env.update(
+            TOKENFLEET_ADAPTER_PORT=str(self.port),
+            TOKENFLEET_ADAPTER_ADDRESS=self.pod_ip,
+            TOKENFLEET_ENGINE_URL=engine_url,
+            TOKENFLEET_ADAPTER_DIR=str(adapter_dir),
+        )
+        if public_key is not None:
+            env["TOKENFLEET_TRUST_PUBLIC_KEY"] = str(public_key)
+        return env
+
+
+def adapter_loader_spec(pod: dict[str, Any]) -> AdapterLoaderSpec | None:
+    """The sidecar a worker pod with an ``adapter-loader`` container should have beside its
+    simulator, or None (no such container, or the pod gets no simulator)."""
+    spec = sim_spec(pod)
+    containers: list[dict[str, Any]] = pod.get("spec", {}).get("containers", [])
+    container = next((c for c in containers if c.get("name") == ADAPTER_LOADER), None)
+    if spec is None or container is None:
+        return None
+    env = tuple((e["name"], str(e["value"])) for e in container.get("env", []) if "value" in e)
+    key_path = dict(env).get("TOKENFLEET_TRUST_PUBLIC_KEY", "")
+    secret, secret_key = _mounted_secret(pod, container, key_path) if key_path else ("", "")
+    return AdapterLoaderSpec(
+        pod_uid=spec.pod_uid,
+        pod_key=spec.pod_key,
+        pod_ip=spec.pod_ip,
+        port=_port(container, name="adapters", default=ADAPTER_LOADER_PORT),
+        env=env,
+        secret=secret,
+        secret_key=secret_key,
+    )

@@ -7,6 +7,7 @@ anything else surfaces to the reconcile loop, which logs it and tries again next
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import logging
@@ -38,6 +39,7 @@ _PATHS = {  # (apiVersion, kind) → URL prefix and plural
     (API_GROUP_VERSION, "InferencePool"): (f"/apis/{API_GROUP_VERSION}", "inferencepools"),
     (API_GROUP_VERSION, "ModelDeployment"): (f"/apis/{API_GROUP_VERSION}", "modeldeployments"),
     (API_GROUP_VERSION, "Tenant"): (f"/apis/{API_GROUP_VERSION}", "tenants"),
+    (API_GROUP_VERSION, "ModelAdapter"): (f"/apis/{API_GROUP_VERSION}", "modeladapters"),
 }
 
 
@@ -146,6 +148,24 @@ class Kube:
             accept=METADATA_LIST,
         )
         return [item.get("metadata") or {} for item in (reply or {}).get("items") or []]
+
+    def trust_key(self, namespace: str, name: str, key: str) -> bytes | None:
+        """One key of the Secret a ModelDeployment names as its adapters' trust (a public key);
+        None when the Secret or key is missing.
+
+        Asked for by name (a field-selected list: the chart grants ``list``, not ``get``), so
+        this reads exactly the trust Secret a spec names and no other Secret's data.
+        """
+        reply = self._send(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/secrets",
+            body=None,
+            content_type="application/json",
+            query=[("fieldSelector", f"metadata.name={name}")],
+        )
+        items = (reply or {}).get("items") or []
+        encoded = ((items[0].get("data") or {}) if items else {}).get(key)
+        return base64.b64decode(encoded) if encoded else None
 
     def apply(self, manifest: dict[str, Any]) -> None:
         """Server-side apply: idempotent, and conflicts with other managers are ours to win."""

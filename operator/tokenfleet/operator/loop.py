@@ -20,14 +20,18 @@ import kopf
 import pydantic
 from kubernetes.client.exceptions import ApiException
 
+from tokenfleet.api.adapter import ModelAdapterSpec, ModelAdapterStatus
 from tokenfleet.api.base import Condition, Model, rfc3339
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import AutoscalingStatus, InferencePoolSpec, InferencePoolStatus
 from tokenfleet.operator import evidence, k8s, tenant_inputs
+from tokenfleet.operator.adapter_verifier import AdapterVerifier
 from tokenfleet.operator.config import OperatorConfig
 from tokenfleet.operator.exporter import Exporter
 from tokenfleet.operator.k8s import Kube
 from tokenfleet.operator.plan import (
+    adapter_loader,
+    adapter_status,
     autoscaling_status,
     canary,
     desired,
@@ -53,6 +57,7 @@ class Indexes:
     pods: Index
     sets: Index
     nodes: Index
+    adapters: Index | None = None  # None: ModelAdapters are not watched (tests of the loop)
 
 
 def _items(index: Index, key: Any) -> list[Any]:
@@ -115,6 +120,7 @@ class Reconciler:
         self.seen_intent: dict[str, str] = {}  # uid → wakeups.intent of our objects
         self.analysed: dict[str, float] = {}  # uid → unix seconds of last analysis
         self.gate = evidence.GateEvidence(kube=kube, signals=signals)
+        self.adapter_verifier = AdapterVerifier(kube, self.wake.set)
         self.passes = 0
 
     async def run(self) -> None:
@@ -134,6 +140,7 @@ class Reconciler:
         for body in list(_bodies(self.indexes.models)):
             await self._guarded(body, self._report_model(body, owners, now))
         await self._report_tenants(now)
+        await self._report_adapters(now)
         live = {
             b["metadata"]["uid"]
             for i in (self.indexes.pools, self.indexes.models)
@@ -149,6 +156,7 @@ class Reconciler:
                     ("InferencePool", self.indexes.pools),
                     ("ModelDeployment", self.indexes.models),
                     ("Tenant", self.indexes.tenants),
+                    *([("ModelAdapter", self.indexes.adapters)] if self.indexes.adapters else []),
                 )
                 for b in _bodies(index)
             )
@@ -166,6 +174,75 @@ class Reconciler:
         for body in tenants:
             status, events = tenant_status.plan_from(body=body, inputs=inputs, now=now)
             await self._guarded(body, self._report(body, "Tenant", status.to_wire(), events, now))
+
+    async def _report_adapters(self, now: datetime.datetime) -> None:
+        """Each ModelAdapter's status: the operator's verdict on its artifact, whether its base
+        can serve it, and where the gateways report it loaded."""
+        adapters = list(_bodies(self.indexes.adapters)) if self.indexes.adapters else []
+        self.adapter_verifier.forget({b["metadata"]["uid"] for b in adapters})
+        if not adapters:
+            return
+        reports = await asyncio.to_thread(self._adapter_reports) if self.signals else None
+        deployments: dict[str, list[dict[str, Any]]] = {}
+        for body in _bodies(self.indexes.models):
+            deployments.setdefault(body["metadata"]["namespace"], []).append(body)
+        for body in adapters:
+            await self._guarded(body, self._report_adapter(body, deployments, reports, now))
+
+    def _adapter_reports(self) -> dict[tuple[str, str], adapter_status.Placement] | None:
+        """(namespace, served name) → what the gateways and engines report of the adapter;
+        None when the gateways' series are unreadable (status keeps the last report)."""
+        assert self.signals is not None
+        placement = self.signals.adapter_placement()
+        if placement is None:
+            return None
+        in_use = self.signals.adapters_in_use() or {}
+        return {
+            key: adapter_status.Placement(
+                pods=placement.get(key, ((), 0))[0],
+                requests=placement.get(key, ((), 0))[1],
+                active=in_use.get(key, ()),
+            )
+            for key in placement.keys() | in_use.keys()
+        }
+
+    async def _report_adapter(
+        self,
+        body: dict[str, Any],
+        deployments: Mapping[str, list[dict[str, Any]]],
+        reports: Mapping[tuple[str, str], adapter_status.Placement] | None,
+        now: datetime.datetime,
+    ) -> None:
+        meta = body["metadata"]
+        try:
+            spec = ModelAdapterSpec.model_validate(body.get("spec") or {})
+        except pydantic.ValidationError as exc:
+            await self._invalid(body, exc, now)
+            return
+        base = adapter_status.base_of(spec.base, deployments.get(meta["namespace"], []))
+        verdict = None
+        if base.spec is not None:
+            verdict = self.adapter_verifier.verdict(
+                uid=meta["uid"],
+                namespace=meta["namespace"],
+                spec=spec,
+                trust=adapter_loader.adapter_trust(base.spec),
+            )
+        reported = None
+        if reports is not None:
+            reported = reports.get(
+                (meta["namespace"], spec.served_name), adapter_status.Placement()
+            )
+        status, events = adapter_status.plan(
+            spec=spec,
+            generation=meta.get("generation"),
+            old=_status_of(ModelAdapterStatus, body),
+            base=base,
+            verdict=verdict,
+            placement=reported,
+            now=now,
+        )
+        await self._report(body, "ModelAdapter", status.to_wire(), events, now)
 
     async def _guarded(self, body: dict[str, Any], work: Any) -> None:
         meta = body["metadata"]

@@ -146,6 +146,47 @@ class PrometheusSignals:
             log.warning("prometheus at %s: tenants' last use unreadable: %s", self.url, exc)
             return None
 
+    def adapter_placement(self) -> dict[tuple[str, str], tuple[tuple[str, ...], int]] | None:
+        """(namespace, adapter) → (pods it is loaded on, requests served), from the gateways'
+        series; None when unreadable (status then keeps the last report)."""
+        found: dict[tuple[str, str], tuple[tuple[str, ...], int]] = {}
+        try:
+            for r in self._query(queries.adapter_loaded_pods()):
+                key = (r["metric"].get("namespace", ""), r["metric"].get("adapter", ""))
+                pods, served = found.get(key, ((), 0))
+                if float(r["value"][1]) > 0:
+                    found[key] = ((*pods, r["metric"].get("pod", "")), served)
+            for r in self._query(queries.adapter_requests()):
+                key = (r["metric"].get("namespace", ""), r["metric"].get("adapter", ""))
+                found[key] = (found.get(key, ((), 0))[0], round(float(r["value"][1])))
+        except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
+            log.warning("prometheus at %s: adapter placement unreadable: %s", self.url, exc)
+            return None
+        return found
+
+    def adapters_in_use(self) -> dict[tuple[str, str], tuple[str, ...]] | None:
+        """(namespace, adapter) → pods whose engine is running or queueing requests for it now
+        (vLLM's vllm:lora_requests_info); None when unreadable."""
+        newest: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}
+        try:
+            for r in self._query(queries.lora_requests_info()):
+                labels = r["metric"]
+                where = (labels.get("namespace", ""), labels.get("pod", ""))
+                at = float(r["value"][1])
+                if where not in newest or at > newest[where][0]:
+                    newest[where] = (at, labels)
+        except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
+            log.warning("prometheus at %s: lora_requests_info unreadable: %s", self.url, exc)
+            return None
+        found: dict[tuple[str, str], tuple[str, ...]] = {}
+        for (namespace, pod), (_, labels) in sorted(newest.items()):
+            names = ",".join(
+                (labels.get("running_lora_adapters", ""), labels.get("waiting_lora_adapters", ""))
+            )
+            for adapter in sorted({n for n in names.split(",") if n}):
+                found[(namespace, adapter)] = (*found.get((namespace, adapter), ()), pod)
+        return found
+
     def _query(self, promql: str) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._prom.custom_query(
             promql, params={"timeout": f"{TIMEOUT_SECONDS}s"}, timeout=TIMEOUT_SECONDS + 1

@@ -72,3 +72,38 @@ def test_sigstore_trust_needs_no_volume() -> None:
 def test_refusals_surface_in_the_termination_message(field: str) -> None:
     container, _ = _container(BASE["ModelDeployment"])
     assert container[field] == "FallbackToLogsOnError"
+
+
+@pytest.mark.parametrize(
+    ("trust", "key_path", "identity"),
+    [
+        ({"publicKey": {"name": "adapter-key", "key": "a.pem"}}, "a.pem", ""),
+        (None, "public.pem", ""),  # unset: the model artifact's own trust
+        ({"sigstore": {"identity": "ci@example.com", "issuer": "https://i"}}, "", "ci@example.com"),
+    ],
+)
+def test_the_adapter_loader_sidecar_parses_what_the_operator_renders(
+    trust: dict[str, Any] | None, key_path: str, identity: str
+) -> None:
+    from tokenfleet.operator.plan import adapter_loader
+    from tokenfleet.worker import adapter_plan
+
+    model = {
+        **BASE["ModelDeployment"],
+        "engine": {"lora": {"maxLoras": 2}},
+        "adapters": {"trust": trust} if trust else {},
+    }
+    engine, pod = _container(model)
+    loader = next(c for c in pod["containers"] if c["name"] == adapter_loader.CONTAINER)
+    settings = adapter_plan.Settings.from_env({e["name"]: e["value"] for e in loader["env"]})
+    assert settings.port == loader["ports"][0]["containerPort"]
+    assert settings.engine_url == f"http://127.0.0.1:{engine['ports'][0]['containerPort']}"
+    assert str(settings.adapter_dir).startswith("/models/")  # the volume the engine reads too
+    assert any(m["mountPath"] == "/models" for m in loader["volumeMounts"])
+    assert any(m["mountPath"] == "/models" for m in engine["volumeMounts"])
+    if key_path:
+        assert settings.public_key == Path(adapter_loader.TRUST_DIR) / key_path
+        mount = next(m for m in loader["volumeMounts"] if m["name"] == adapter_loader.TRUST_VOLUME)
+        assert mount["mountPath"] == adapter_loader.TRUST_DIR and mount["readOnly"]
+    else:
+        assert (settings.public_key, settings.identity) == (None, identity)

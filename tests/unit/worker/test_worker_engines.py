@@ -1,5 +1,6 @@
 """The engine a verified worker execs: vLLM (the default) with the rendered args as given, the
-simulator with their equivalent flags (each vLLM flag: kept, mapped, or dropped), and an unknown
+simulator with their equivalent flags (each vLLM flag: kept, mapped, or dropped; the LoRA slots
+kept, --enable-lora and --max-lora-rank dropped), and an unknown
 engine refused before anything is verified."""
 
 from __future__ import annotations
@@ -56,6 +57,23 @@ RENDERED = [
                 "--time-to-first-token", "20",
             ],
             id="sim-passes-extra-args",
+        ),
+        pytest.param(
+            "llm-d-inference-sim",
+            ["--enable-lora", "--max-loras", "4", "--max-lora-rank", "16", "--max-cpu-loras", "8"],
+            {},
+            [
+                "llm-d-inference-sim", "--model", SERVED, "--force-dummy-tokenizer",
+                "--max-loras", "4", "--max-cpu-loras", "8",
+            ],
+            id="sim-keeps-lora-slots-drops-enable-and-rank",
+        ),
+        pytest.param(
+            "vllm",
+            ["--enable-lora", "--max-loras", "4", "--max-lora-rank", "16"],
+            {},
+            ["vllm", "serve", SERVED, "--enable-lora", "--max-loras", "4", "--max-lora-rank", "16"],
+            id="vllm-keeps-every-lora-flag",
         ),
     ],
 )  # fmt: skip

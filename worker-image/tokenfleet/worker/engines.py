@@ -15,10 +15,24 @@ VLLM = "vllm"
 SIMULATOR = "llm-d-inference-sim"
 ENGINES = (VLLM, SIMULATOR)
 
-#: vLLM flags the simulator takes with the same meaning (each takes one value).
-_SAME_MEANING = ("--port", "--max-num-seqs", "--max-model-len", "--seed")
-#: vLLM flags with a value that describe GPU memory and parallelism: no meaning without GPUs.
-_GPU_ONLY = ("--tensor-parallel-size", "--gpu-memory-utilization")
+#: vLLM flags the simulator takes with the same meaning (each takes one value). The LoRA slots
+#: (``--max-loras``: adapters in one batch, ``--max-cpu-loras``: adapters kept loaded) are
+#: simulated: a request for an adapter waits for a free slot as on vLLM.
+_SAME_MEANING = (
+    "--port",
+    "--max-num-seqs",
+    "--max-model-len",
+    "--seed",
+    "--max-loras",
+    "--max-cpu-loras",
+)
+#: vLLM flags with a value that describe GPU memory and parallelism, or the adapters' weight
+#: shapes (``--max-lora-rank``): no meaning for an engine that loads no weights.
+_GPU_ONLY = ("--tensor-parallel-size", "--gpu-memory-utilization", "--max-lora-rank")
+#: vLLM switches the simulator lacks because it is always so: it always accepts runtime LoRA
+#: loads (``/v1/load_lora_adapter``), so ``--enable-lora`` has nothing to turn on (and the
+#: simulator refuses flags it does not know).
+_ALWAYS_ON = ("--enable-lora",)
 
 
 def argv(engine: str, args: Sequence[str], *, served: str, env: Mapping[str, str]) -> list[str]:
@@ -58,7 +72,7 @@ def simulator_args(args: Sequence[str], *, served: str, env: Mapping[str, str]) 
         elif flag == "--enable-prefix-caching":
             out += ["--enable-kvcache"] if env.get("POD_IP") else []
             i += 1
-        elif flag == "--no-enable-prefix-caching":
+        elif flag == "--no-enable-prefix-caching" or flag in _ALWAYS_ON:
             i += 1
         else:  # anything else (engine.extraArgs) is passed as given: the simulator judges it
             out.append(flag)

@@ -32,6 +32,7 @@ async def start(*, settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
         pods=kwargs["pods_index"],
         sets=kwargs["sets_index"],
         nodes=kwargs["nodes_index"],
+        adapters=kwargs["adapters_index"],
     )
     config = OperatorConfig.from_env()
     signals = PrometheusSignals(config.prometheus_url) if config.prometheus_url else None

@@ -17,6 +17,7 @@ from typing import Any
 from tokenfleet.api import base, labels
 from tokenfleet.api.deployment import ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
+from tokenfleet.operator.plan import adapter_loader
 from tokenfleet.operator.policy import revisions
 
 Manifest = dict[str, Any]
@@ -248,6 +249,18 @@ def worker_deployment(
         ],
         **_probes(pool, model.model.name),
     }
+    containers, volumes = (
+        [container],
+        [
+            {"name": "models", "emptyDir": {}},
+            *trust_volumes(model),
+            {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        ],
+    )
+    if adapter_loader.serves_adapters(model):
+        container["env"] = [*container["env"], adapter_loader.RUNTIME_LORA_ENV]
+        containers.append(adapter_loader.container(model, engine_port=HTTP_PORT))
+        volumes += adapter_loader.volumes(model)
     manifest: Manifest = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -271,12 +284,8 @@ def worker_deployment(
                     "nodeSelector": selector,
                     "tolerations": [t.to_wire() for t in accel.tolerations],
                     "terminationGracePeriodSeconds": grace_seconds(pool),
-                    "containers": [container],
-                    "volumes": [
-                        {"name": "models", "emptyDir": {}},
-                        *trust_volumes(model),
-                        {"name": "shm", "emptyDir": {"medium": "Memory"}},
-                    ],
+                    "containers": containers,
+                    "volumes": volumes,
                 },
             },
         },
