@@ -278,12 +278,15 @@ class AdapterSlots:
             if n not in r.loading:
                 self.metrics.loaded.labels(r.namespace, n, r.loader.pod).set(1)
 
-    def retire(self, live: Mapping[str, Loader]) -> None:
-        """Forget endpoints that left the catalog (and their loaded series)."""
+    def retire(self, live: Mapping[str, Loader], *, now: float) -> None:
+        """Forget endpoints that left the catalog (and their loaded series), and refusals
+        whose cooldown is over."""
         for url in [u for u, r in self.replicas.items() if live.get(u) != r.loader]:
             r = self.replicas.pop(url)
             for name in list(r.lru):
                 self._drop(r, name)
+        for key in [k for k, until in self.refused.items() if until <= now]:
+            del self.refused[key]
 
 
 async def refresh_forever(
@@ -309,7 +312,7 @@ async def refresh_forever(
 
     while True:
         live = loaders()
-        slots.retire({u: loader for u, (loader, _) in live.items()})
+        slots.retire({u: loader for u, (loader, _) in live.items()}, now=time.monotonic())
         for url, (loader, namespace) in live.items():
             slots.replica(url, loader, namespace)
         await asyncio.gather(*(one(u, r.loader) for u, r in list(slots.replicas.items())))

@@ -93,7 +93,7 @@ def _plan(work: Work, *, state: GatewayState, pinned: str | None) -> _Plan | Rej
         prefix.block_hashes(
             work.parsed.prefix_text, model=model.name, salt=str(work.body.get("cache_salt", ""))
         )
-        if routing.wants_prefix(pool.routing)
+        if routing.wants_prefix(pool.routing) and model.adapter is None  # adapters: by slots
         else ()
     )
     return _Plan(

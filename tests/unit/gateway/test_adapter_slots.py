@@ -123,10 +123,12 @@ def test_a_listing_adds_strangers_drops_evictions_and_keeps_the_gauge(
     assert list(slots.replicas[A].lru) == ["new"] and loaded(registry, "q", "worker-a") is None
 
 
-def test_endpoints_that_left_are_forgotten_with_their_series(
+def test_endpoints_that_left_and_old_refusals_are_forgotten(
     slots: AdapterSlots, registry: CollectorRegistry
 ) -> None:
     place(slots)
     slots.merge(B, {"x": DIGEST}, asked_at=0.0)
-    slots.retire({A: LOADERS[A]})
+    slots.refused[(A, DIGEST)], slots.refused[(B, DIGEST)] = 50.0, 150.0
+    slots.retire({A: LOADERS[A]}, now=100.0)
     assert set(slots.replicas) == {A} and loaded(registry, "x", "worker-b") is None
+    assert slots.refused == {(B, DIGEST): 150.0}  # an expired cooldown is dropped
