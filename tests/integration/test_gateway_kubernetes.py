@@ -1,6 +1,7 @@
 """The gateway in Kubernetes mode, with its own least-privilege account: tenants and key hashes
 from CRDs and Secrets (made by `tokenfleet tenant create-key`), endpoints from the operator's
-worker pods, key rotation and revocation, and the manifests accepted by the API server."""
+worker pods, key rotation and revocation, ModelAdapters served through the worker pods' real
+adapter-loader sidecars, and the manifests accepted by the API server."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ import openai
 import pytest
 import yaml
 
-from support import artifact
+from support import adapters, artifact
 from support.cluster import REPO, Cluster, namespace, wait_for
-from support.gateway import Gateway, running, start_gateway
+from support.gateway import Gateway, gateway_metric, running, start_gateway
 from support.objects import manifest
 from support.operator import SA_NAMESPACE, service_account_kubeconfig
 from tokenfleet.api import labels
+from tokenfleet.signals import gateway as gateway_names
+from tokenfleet.signing import keys as signing_keys
 
 
 @pytest.fixture(scope="module")
@@ -285,3 +288,98 @@ def test_two_teams_each_reach_their_own_model_of_one_name(
                     timeout=10,
                 )
                 assert line["pool"] == f"{team}/kpool", line
+
+
+def test_gateway_routes_modeladapters_from_the_cluster(
+    cluster: Cluster, ns: str, gateway: Gateway, tmp_path: Path
+) -> None:
+    """ModelAdapters are watched: the operator verifies a signed one against the base's adapter
+    trust and the gateway then serves it on the base's worker through the pod's real
+    adapter-loader sidecar (podIP:8002, from the pod's ``adapters`` port); one the operator
+    refused is 503 naming the reason; one that names another tenant is 403."""
+    private, public = signing_keys.generate(tmp_path / "keys")
+    good = adapters.signed_adapter(tmp_path, "k-support", private_key=private)
+    bad = adapters.signed_adapter(tmp_path, "k-legal", private_key=private)
+    (bad.path / "adapter_model.safetensors").write_bytes(b"swapped after signing")
+    cluster.apply(
+        artifact.trust_secret(ns),
+        artifact.trust_secret(ns, name="adapter-key", public_key=public.read_text()),
+        manifest("InferencePool", "kpool", ns, {"zones": {"names": ["zone-a"]}}),
+        manifest(
+            "ModelDeployment",
+            "kbase",
+            ns,
+            {
+                "model": {"name": f"kbase-{ns}"},  # the gateway sees every namespace
+                "pools": ["kpool"],
+                "artifact": artifact.spec(),
+                "engine": {"lora": {"maxLoras": 2}},
+                "adapters": {"trust": {"publicKey": {"name": "adapter-key"}}},
+            },
+        ),
+        manifest(
+            "Tenant",
+            "team",
+            ns,
+            {"apiKeySecretRef": {"name": "team-keys"}, "allowedModels": [f"kbase-{ns}"]},
+        ),
+        *(
+            manifest(
+                "ModelAdapter",
+                name,
+                ns,
+                {
+                    "base": "kbase",
+                    "servedName": f"{name}-{ns}",
+                    "artifact": {"uri": signed.uri, "digest": signed.digest},
+                    "tenants": tenants,
+                },
+            )
+            for name, signed, tenants in (
+                ("k-support", good, ["team"]),
+                ("k-legal", bad, ["team"]),
+                ("k-other", good, ["someone-else"]),
+            )
+        ),
+    )
+    client = openai.OpenAI(
+        base_url=gateway.url + "/v1", api_key=create_key(cluster, ns, "team"), max_retries=0
+    )
+    wait_for("the key to be known", lambda: _works(client), timeout=30)
+    wait_for("the base's worker", lambda: endpoints_metric(gateway, f"kbase-{ns}") == 1, timeout=90)
+
+    def ask(name: str) -> Any:
+        return client.chat.completions.create(
+            model=f"{name}-{ns}", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
+
+    answer = wait_for("the verified adapter served", lambda: _served(ask, "k-support"), timeout=90)
+    assert answer.model == f"k-support-{ns}"
+    (pod,) = cluster.get("pods", "-n", ns, "-l", f"{labels.POOL}=kpool")["items"]
+    loaded = gateway_metric(
+        gateway, gateway_names.ADAPTER_LOADED, adapter=f"k-support-{ns}", namespace=ns
+    )
+    assert loaded == 1 and f'pod="{pod["metadata"]["name"]}"' in gateway.get("/metrics")[1]
+    refused = wait_for(
+        "the refused adapter's 503", lambda: _code(ask, "k-legal") == "adapter_refused", timeout=60
+    )
+    assert refused
+    with pytest.raises(openai.InternalServerError, match="DigestMismatch"):
+        ask("k-legal")
+    with pytest.raises(openai.PermissionDeniedError):
+        ask("k-other")
+
+
+def _served(ask: Any, name: str) -> Any:
+    try:
+        return ask(name)
+    except (openai.InternalServerError, openai.NotFoundError):
+        return None  # not verified yet, or not watched yet
+
+
+def _code(ask: Any, name: str) -> str | None:
+    try:
+        ask(name)
+    except openai.APIStatusError as failed:
+        return str(failed.code)
+    return None
