@@ -203,6 +203,14 @@ def test_a_refused_adapter_is_503_naming_its_reason_without_retry_after(
     assert "UntrustedSigner" in refused.value.message
     assert "kubectl describe modeladapter acme-refused" in refused.value.message
     assert "Retry-After" not in refused.value.response.headers
+    # the SDK's own retries (2 by default, on every 5xx) are told they cannot help
+    assert refused.value.response.headers["x-should-retry"] == "false"
+    counted = {"model": "acme-refused", "reason": "adapter_refused"}
+    before = metric(gateway, names.REQUESTS, **counted)
+    retrying = openai.OpenAI(base_url=gateway.url + "/v1", api_key=KEY, max_retries=2)
+    with pytest.raises(openai.InternalServerError):
+        retrying.chat.completions.create(model="acme-refused", messages=MESSAGES, max_tokens=4)
+    assert metric(gateway, names.REQUESTS, **counted) - before == 1
 
 
 def test_repeated_requests_go_to_the_replica_holding_the_adapter(

@@ -13,14 +13,17 @@ from tokenfleet.gateway import keys
 from tokenfleet.gateway.catalog import Catalog, Tenant
 from tokenfleet.gateway.config import Settings
 from tokenfleet.gateway.policy import bodies
-from tokenfleet.gateway.policy.rejections import Reason, Rejected
+from tokenfleet.gateway.policy.rejections import FINAL, Reason, Rejected
 
 
 def reject(rejected: Rejected, extra: Mapping[str, str] | None = None) -> web.Response:
-    """A refusal in OpenAI's error shape, with Retry-After when the reason carries one."""
+    """A refusal in OpenAI's error shape, with Retry-After when the reason carries one, and
+    ``x-should-retry: false`` when retrying cannot help (``rejections.FINAL``)."""
     headers = dict(extra or {})
     if rejected.retry_after is not None:
         headers["Retry-After"] = str(max(1, round(rejected.retry_after)))
+    if rejected.reason in FINAL:
+        headers["x-should-retry"] = "false"
     return web.Response(
         body=orjson.dumps(rejected.body()),
         status=rejected.status,

@@ -80,6 +80,11 @@ STATUS: dict[Reason, Mapping] = {
 }
 
 
+#: 5xx refusals a client retry cannot help (the adapter's owner must act first): answered with
+#: ``x-should-retry: false``, which the OpenAI SDKs obey instead of retrying every 5xx.
+FINAL: frozenset[Reason] = frozenset({Reason.ADAPTER_REFUSED})
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Rejected:
     """A refusal: why, what to tell the caller, and when to try again (seconds), if ever."""
