@@ -13,11 +13,12 @@ slots, three adapters in turn) evicts the least recently used adapter and a requ
 loads it again; an adapter the engine lost behind the gateway's back (unloaded through the
 sidecar, as another gateway would) is loaded again and the request retried once; a worker's
 verification refusing the files (tampered after signing) fails the request with a 503 naming
-the reason.
+the reason; eight concurrent requests for an adapter nobody holds make one load.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,9 @@ from tokenfleet.signals import gateway as names
 
 KEY, OTHER_KEY = "tfk-adapters-acme-" + "0" * 20, "tfk-adapters-other-" + "1" * 20
 MESSAGES: Any = [{"role": "user", "content": "Summarise my ticket."}]
-#: Adapters on the two-replica base: one to hit, one to lose behind the gateway's back.
-PAIR = ("acme-support", "acme-lost")
+#: Adapters on the two-replica base: one to hit, one to lose behind the gateway's back, one
+#: asked for by many at once.
+PAIR = ("acme-support", "acme-lost", "acme-burst")
 #: Adapters on the one-replica base with two slots: three in turn must evict.
 TRIO = ("solo-a", "solo-b", "solo-c")
 
@@ -230,6 +232,25 @@ def test_repeated_requests_go_to_the_replica_holding_the_adapter(
     total = requests(gateway, "acme-support") - before_all
     assert (hits, total) == (20, 20)  # hit ratio 1.0: no load, no spill at this load
     assert "acme-support" not in listed(loaders[1 - holder])
+
+
+def test_concurrent_requests_for_an_unloaded_adapter_share_one_load(gateway: Gateway) -> None:
+    async def burst() -> list[Any]:
+        c = openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key=KEY, max_retries=0)
+        calls = [
+            c.chat.completions.create(model="acme-burst", messages=MESSAGES, max_tokens=4)
+            for _ in range(8)
+        ]
+        try:
+            return await asyncio.gather(*calls)
+        finally:
+            await c.close()
+
+    answers = asyncio.run(burst())
+    assert [a.model for a in answers] == ["acme-burst"] * 8
+    assert metric(gateway, names.ADAPTER_LOADS, adapter="acme-burst") == 1
+    assert requests(gateway, "acme-burst", "loaded") == 1
+    assert requests(gateway, "acme-burst") == 8  # the others waited for it, or found it loaded
 
 
 def test_slot_pressure_evicts_the_least_recently_used_adapter(
