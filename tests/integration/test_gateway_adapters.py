@@ -13,12 +13,14 @@ slots, three adapters in turn) evicts the least recently used adapter and a requ
 loads it again; an adapter the engine lost behind the gateway's back (unloaded through the
 sidecar, as another gateway would) is loaded again and the request retried once; a worker's
 verification refusing the files (tampered after signing) fails the request with a 503 naming
-the reason; eight concurrent requests for an adapter nobody holds make one load.
+the reason; eight concurrent requests for an adapter nobody holds make one load; a load slower
+than the base's loadTimeoutSeconds is 503 with Retry-After.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,8 @@ MESSAGES: Any = [{"role": "user", "content": "Summarise my ticket."}]
 PAIR = ("acme-support", "acme-lost", "acme-burst")
 #: Adapters on the one-replica base with two slots: three in turn must evict.
 TRIO = ("solo-a", "solo-b", "solo-c")
+#: An adapter on a base whose loadTimeoutSeconds (1 ms) no real verify-and-load meets.
+HASTY = "hasty-a"
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +59,7 @@ def key(root: Path) -> tuple[Path, Path]:
 def signed(root: Path, key: tuple[Path, Path]) -> dict[str, Signed]:
     made = {
         name: adapters.signed_adapter(root / "files", name, private_key=key[0])
-        for name in (*PAIR, *TRIO, "acme-tampered")
+        for name in (*PAIR, *TRIO, HASTY, "acme-tampered")
     }
     tampered = made["acme-tampered"].path / "adapter_model.safetensors"
     tampered.write_bytes(b"\x05" * 4096)  # after signing: the worker must refuse it
@@ -66,7 +70,7 @@ def signed(root: Path, key: tuple[Path, Path]) -> dict[str, Signed]:
 def engines(root: Path) -> Iterator[list[Sim]]:
     sims = [
         start_sim(root, "base", "--max-loras", "2", "--max-cpu-loras", "2", "--log-http")
-        for _ in range(3)
+        for _ in range(4)
     ]
     yield sims
     for s in sims:
@@ -75,12 +79,14 @@ def engines(root: Path) -> Iterator[list[Sim]]:
 
 @pytest.fixture(scope="module")
 def loaders(root: Path, engines: list[Sim], key: tuple[Path, Path]) -> Iterator[list[Loader]]:
-    with (
-        adapters.running_loader(root / "l0", engine_url=engines[0].url, public_key=key[1]) as l0,
-        adapters.running_loader(root / "l1", engine_url=engines[1].url, public_key=key[1]) as l1,
-        adapters.running_loader(root / "l2", engine_url=engines[2].url, public_key=key[1]) as l2,
-    ):
-        yield [l0, l1, l2]
+    """One real adapter-loader per engine, trusting the key the adapters are signed with."""
+    with contextlib.ExitStack() as stack:
+        yield [
+            stack.enter_context(
+                adapters.running_loader(root / f"l{i}", engine_url=e.url, public_key=key[1])
+            )
+            for i, e in enumerate(engines)
+        ]
 
 
 def adapter(name: str, base: str, s: Signed | None = None, **extra: Any) -> dict[str, Any]:
@@ -115,6 +121,13 @@ def gateway(
                 "lora": lora,
                 "adapterLoaders": {engines[2].url: loaders[2].url},
             },
+            {
+                "name": "hasty",
+                "endpoints": [engines[3].url],
+                "lora": lora,
+                "adapters": {"loadTimeoutSeconds": 0.001},
+                "adapterLoaders": {engines[3].url: loaders[3].url},
+            },
         ],
         "tenants": [
             {"name": "acme", "apiKeyHashes": [key_hash(KEY)], "allowedModels": ["base"]},
@@ -123,6 +136,7 @@ def gateway(
         "adapters": [
             *(adapter(n, "base", signed[n]) for n in PAIR),
             *(adapter(n, "solo", signed[n]) for n in TRIO),
+            adapter(HASTY, "hasty", signed[HASTY]),
             adapter("acme-tampered", "base", signed["acme-tampered"]),
             adapter("acme-pending", "base", verified=False),
             adapter("acme-refused", "base", verified=False, reason="UntrustedSigner"),
@@ -171,10 +185,10 @@ def test_an_adapter_is_served_by_its_name_streamed_and_not(gateway: Gateway) -> 
 
 def test_the_models_list_shows_the_adapters_that_name_the_tenant(gateway: Gateway) -> None:
     mine = {m.id for m in client(gateway).models.list()}
-    assert mine == {"base", *PAIR, *TRIO, "acme-tampered"}  # offered ones, not pending/refused
+    assert mine == {"base", *PAIR, *TRIO, HASTY, "acme-tampered"}  # offered: not pending/refused
     assert client(gateway).models.retrieve("acme-support").id == "acme-support"
     others = {m.id for m in client(gateway, OTHER_KEY).models.list()}
-    assert others == {"base", "solo"}
+    assert others == {"base", "solo", "hasty"}
     with pytest.raises(openai.NotFoundError):
         client(gateway, OTHER_KEY).models.retrieve("acme-support")
 
@@ -292,3 +306,11 @@ def test_a_worker_refusing_the_files_fails_the_request_naming_the_reason(
     assert "DigestMismatch" in refused.value.message
     outcome = metric(gateway, names.ADAPTER_LOADS, adapter="acme-tampered", outcome="refused")
     assert outcome == 1
+
+
+def test_a_load_slower_than_the_timeout_is_503_with_retry_after(gateway: Gateway) -> None:
+    with pytest.raises(openai.InternalServerError) as slow:
+        chat(gateway, HASTY)
+    assert slow.value.status_code == 503 and slow.value.code == "adapter_load_timeout"
+    assert slow.value.response.headers["Retry-After"] == "1"
+    assert metric(gateway, names.ADAPTER_LOADS, adapter=HASTY, outcome="timeout") == 1

@@ -6,10 +6,10 @@ router's in-flight counts, to the pure :func:`tokenfleet.gateway.policy.adapters
 :meth:`AdapterSlots.ensure` makes the placement true: one load per (endpoint, adapter) at a time
 (single flight: concurrent requests await the same task), after unloading the victim the
 placement named; a request waits at most the base's ``load_timeout_seconds`` (and its deadline),
-and the load itself goes on for later requests. A worker whose verification refused a digest is
-not asked again for it for a while (policy.adapter_loads). :func:`refresh_forever` merges every
-loader's listing into the view every ``adapter_listing_seconds``, so other gateways' loads and
-evictions are seen within seconds.
+and the load itself goes on for later requests (up to twice that). A worker whose verification
+refused a digest is not asked again for it for a while (policy.adapter_loads).
+:func:`refresh_forever` merges every loader's listing into the view every
+``adapter_listing_seconds``, so other gateways' loads and evictions are seen within seconds.
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ from tokenfleet.gateway.policy.adapter_loads import Outcome, Result
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
 log = logging.getLogger("tokenfleet.gateway.adapters")
+#: A load may run this many times a request's wait (``load_timeout_seconds``) before it is
+#: abandoned: a request that gave up leaves it to finish for the next one, but a loader that
+#: hangs must not keep the slot "loading" (and every request for the adapter waiting) for long.
+LOAD_PATIENCE = 2.0
 #: An unload is a dictionary delete in the engine: this is generous.
 UNLOAD_TIMEOUT_SECONDS = 10.0
 
@@ -46,12 +50,24 @@ class Replica:
     """Adapter → digest ("" unknown), least recently used first (dicts keep insertion order)."""
     loading: set[str] = dataclasses.field(default_factory=set)
     running: dict[str, int] = dataclasses.field(default_factory=dict)
+    finished: dict[str, float] = dataclasses.field(default_factory=dict)
+    """When this gateway's last request on each adapter ended (monotonic)."""
     loaded_at: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def touch(self, name: str) -> None:
         """``name`` is the most recently used now."""
         if name in self.lru:
             self.lru[name] = self.lru.pop(name)
+
+    def in_use(self, engine: tuple[float, frozenset[str]] | None) -> frozenset[str]:
+        """Adapters no load may evict: those this gateway runs, and those the engine last
+        reported running or waiting (``engine``: when scraped, names) — except ones whose
+        request here ended after that scrape: the engine may only have seen this gateway's."""
+        ours = frozenset(n for n, c in self.running.items() if c)
+        if engine is None:
+            return ours
+        seen_at, names = engine
+        return ours | {n for n in names if self.finished.get(n, float("-inf")) < seen_at}
 
     def held(self) -> tuple[str, ...]:
         """Loaded or loading, least recently used first (a load under way is the newest)."""
@@ -81,11 +97,12 @@ class AdapterSlots:
         adapter: Adapter,
         loaders: Mapping[str, Loader],
         in_flight: Mapping[str, int],
-        busy: Mapping[str, frozenset[str]],
+        busy: Mapping[str, tuple[float, frozenset[str]]],
         now: float,
     ) -> placement.Placement | None:
         """Where a request for ``adapter`` goes among ``endpoints`` (its routable candidates);
-        ``busy``: adapters the engines report running or waiting (any gateway's requests)."""
+        ``busy``: per endpoint, when scraped and the adapters its engine reported running or
+        waiting (any gateway's requests)."""
         candidates = []
         for e in endpoints:
             loader = loaders.get(e.url)
@@ -97,8 +114,7 @@ class AdapterSlots:
                     url=e.url,
                     load=in_flight.get(e.url, 0),
                     adapters=r.held(),
-                    in_use=frozenset(n for n, c in r.running.items() if c)
-                    | busy.get(e.url, frozenset()),
+                    in_use=r.in_use(busy.get(e.url)),
                     loading=frozenset(r.loading),
                     slots=adapter.slots,
                 )
@@ -185,7 +201,7 @@ class AdapterSlots:
             "digest": adapter.artifact.digest,
             "signatureUri": adapter.artifact.signature_uri,
         }
-        timeout = aiohttp.ClientTimeout(total=adapter.load_timeout_seconds)
+        timeout = aiohttp.ClientTimeout(total=LOAD_PATIENCE * adapter.load_timeout_seconds)
         try:
             async with session.post(
                 r.loader.url + "/v1/adapters/load", json=body, timeout=timeout
@@ -243,6 +259,7 @@ class AdapterSlots:
             with contextlib.suppress(KeyError):
                 self.metrics.loaded.remove(r.namespace, name, r.loader.pod)
         r.loaded_at.pop(name, None)
+        r.finished.pop(name, None)
 
     def forget(self, url: str, name: str) -> None:
         """The engine does not have ``name`` (another gateway evicted it): load it next time."""
@@ -263,6 +280,7 @@ class AdapterSlots:
             r.running[name] -= 1
             if not r.running[name]:
                 del r.running[name]
+            r.finished[name] = time.monotonic()
 
     def merge(self, url: str, listing: Mapping[str, str], *, asked_at: float) -> None:
         """A loader's listing, asked for at ``asked_at`` (monotonic), into the view."""

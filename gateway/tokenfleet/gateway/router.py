@@ -40,8 +40,9 @@ class Router:
         self.index = prefix.PrefixIndex(settings.prefix_index_entries)
         self.in_flight: dict[str, int] = {}  # requests this process has running, per endpoint
         self.scraped: dict[str, routing.Load] = {}
-        self.lora_busy: dict[str, frozenset[str]] = {}
-        """Adapters with requests running or waiting on each LoRA engine (any gateway's)."""
+        self.lora_busy: dict[str, tuple[float, frozenset[str]]] = {}
+        """(when scraped, adapters with requests running or waiting) per LoRA engine: any
+        gateway's requests."""
         self.health: dict[str, resilience.Health] = {}
         self.budget = resilience.Budget()
         self.budget_policy = resilience.BudgetPolicy(
@@ -196,11 +197,11 @@ async def scrape_forever(
         try:
             async with session.get(url + "/metrics", timeout=timeout, headers=PLAIN) as r:
                 if r.status == 200:
-                    text = await r.text()
-                    router.scraped[url] = parse_load(text, time.monotonic())
+                    text, now = await r.text(), time.monotonic()
+                    router.scraped[url] = parse_load(text, now)
                     busy = adapter_loads.busy(text)
                     if busy is not None:
-                        router.lora_busy[url] = busy
+                        router.lora_busy[url] = (now, busy)
         except (aiohttp.ClientError, TimeoutError):
             pass
 

@@ -111,6 +111,12 @@ INFO = "vllm:lora_requests_info"
             set(),
             id="the newest sample: nothing now",
         ),
+        pytest.param(
+            f'{INFO}{{max_lora="2",running_lora_adapters="b",waiting_lora_adapters=""}} 200\n'
+            f'{INFO}{{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""}} 200\n',
+            None,
+            id="two states in the same second: unknown",
+        ),
         pytest.param("vllm:num_requests_waiting 0\n", None, id="no LoRA on this engine"),
         pytest.param(f'{INFO}{{max_lora="2"}} garbage\n', None, id="unreadable value"),
     ],

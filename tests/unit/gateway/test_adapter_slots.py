@@ -56,7 +56,7 @@ def slots(registry: CollectorRegistry) -> AdapterSlots:
 def place(
     slots: AdapterSlots,
     name: str = "x",
-    busy: dict[str, frozenset[str]] | None = None,
+    busy: dict[str, tuple[float, frozenset[str]]] | None = None,
     **in_flight: int,
 ) -> placement.Placement | None:
     return slots.place(
@@ -97,8 +97,23 @@ def test_what_the_engine_runs_for_other_gateways_is_not_evicted(slots: AdapterSl
     place(slots)
     slots.merge(A, {"p": DIGEST, "q": DIGEST}, asked_at=0.0)
     slots.merge(B, {"r": DIGEST, "s": DIGEST}, asked_at=0.0)
-    busy = {A: frozenset({"p", "q"}), B: frozenset({"r"})}
+    busy = {A: (50.0, frozenset({"p", "q"})), B: (50.0, frozenset({"r"}))}
     assert place(slots, "z", busy) == placement.Placement(url=B, why=placement.Why.EVICT, evict="s")
+
+
+def test_what_the_engine_saw_of_this_gateways_finished_request_is_evictable(
+    slots: AdapterSlots,
+) -> None:
+    """A scrape older than this gateway's last request on an adapter may have seen only that
+    request: it does not protect the adapter."""
+    place(slots)
+    slots.merge(A, {"p": DIGEST, "q": DIGEST}, asked_at=0.0)
+    slots.merge(B, {"r": DIGEST, "s": DIGEST}, asked_at=0.0)
+    with slots.using(A, "p"):
+        pass  # ends after the scrapes below (time.monotonic() is far past 1.0): LRU is q, p
+    busy = {A: (1.0, frozenset({"p", "q"})), B: (1.0, frozenset({"r", "s"}))}
+    assert slots.replicas[A].in_use(busy[A]) == {"q"}
+    assert place(slots, "z", busy) == placement.Placement(url=A, why=placement.Why.EVICT, evict="p")
 
 
 def test_a_refused_digest_keeps_the_worker_out_for_a_while(slots: AdapterSlots) -> None:

@@ -116,8 +116,9 @@ PLACEMENT = {
 def busy(text: str) -> frozenset[str] | None:
     """Adapters with requests running or waiting on an engine, from its /metrics page: the
     newest ``vllm:lora_requests_info`` sample (its value is the observation's time); None when
-    the page has none (no LoRA, or another engine)."""
-    newest: tuple[float, str] | None = None
+    the page has none (no LoRA, or another engine) or when several differ at the newest time
+    (an engine that stamps whole seconds): then nobody knows which is current."""
+    newest, at = None, float("-inf")
     for name in vllm.LORA_REQUESTS_INFO:
         opening, start = name + "{", 0
         while (i := text.find(opening, start)) >= 0:
@@ -131,9 +132,12 @@ def busy(text: str) -> frozenset[str] | None:
                 value = float(line[close + 1 :])
             except ValueError:
                 continue
-            if newest is None or value >= newest[0]:
-                newest = (value, line[len(opening) : close])
+            labels = line[len(opening) : close]
+            if value > at:
+                newest, at = labels, value
+            elif value == at and labels != newest:
+                newest = None  # a tie between different states: ambiguous
     if newest is None:
         return None
-    labels = dict(_LABEL.findall(newest[1]))
-    return frozenset(n for key in _BUSY_LABELS for n in labels.get(key, "").split(",") if n)
+    found = dict(_LABEL.findall(newest))
+    return frozenset(n for key in _BUSY_LABELS for n in found.get(key, "").split(",") if n)
