@@ -2,7 +2,7 @@
 
 Each (adapter, digest, trust) is verified once, in a background thread, and the loop is woken
 when a verdict arrives; status shows it from then on. A refusal is tried again after
-``RETRY_REFUSED_SECONDS``. This verdict is what the gateways require before they ask
+``RETRY_REFUSED_SECONDS``, a verified adapter after ``RECHECK_VERIFIED_SECONDS``. This verdict is what the gateways require before they ask
 a worker to load the adapter; the worker's sidecar verifies again before its engine sees the
 files, so what serves is always what was checked there (docs/adapters.md).
 """
@@ -31,6 +31,9 @@ log = logging.getLogger("tokenfleet.operator.adapters")
 #: A refusal is checked again this long after it: the files, or the trust Secret, may be put
 #: right without any change to the spec.
 RETRY_REFUSED_SECONDS = 60.0
+#: A verified adapter is checked again this long after: files changed in place are caught here
+#: too, not only by the worker's sidecar at its next load.
+RECHECK_VERIFIED_SECONDS = 600.0
 #: Adapters are tens of MB; one stuck download must not hold every other verdict back.
 FETCH_TIMEOUT_SECONDS = 30.0
 
@@ -65,7 +68,9 @@ class AdapterVerifier:
         done = self._done.get(key)
         if done is not None:
             verdict, at = done
-            stale = verdict.reason != "Verified" and time.monotonic() - at > RETRY_REFUSED_SECONDS
+            age = time.monotonic() - at
+            verified = verdict.reason == "Verified"
+            stale = age > (RECHECK_VERIFIED_SECONDS if verified else RETRY_REFUSED_SECONDS)
             if not stale:
                 return verdict
         if key not in self._running:
