@@ -138,9 +138,7 @@ class AdapterSlots:
             return None
         key = (url, adapter.name)
         task = self.loads.get(key)
-        if task is None:
-            if r.lru.get(adapter.name, adapter.artifact.digest) != adapter.artifact.digest:
-                evict = adapter.name  # an older artifact under the name: replace it
+        if task is None:  # (an older digest under the name: the loader replaces it itself)
             r.loading.add(adapter.name)
             task = self.loads[key] = asyncio.create_task(
                 self._load(r, url=url, adapter=adapter, evict=evict, session=session)
@@ -153,7 +151,7 @@ class AdapterSlots:
             return Rejected(
                 reason=Reason.ADAPTER_LOAD_TIMEOUT,
                 retry_after=adapter.load_timeout_seconds,
-                message=f"adapter '{adapter.name}' did not load within {wait:.0f} s; "
+                message=f"adapter '{adapter.name}' did not load within {max(0.0, wait):.3g} s; "
                 "try again shortly",
             )
         return self._answer(outcome, adapter=adapter, url=url)
