@@ -321,13 +321,20 @@ def _targets_problems(where: str, targets: list[Target], route: str) -> list[tup
 
 
 #: Reasons of the Ready condition: every target model and the classifier's weights exist.
-READY_REASONS = ("TargetsFound", "TargetNotFound", "ClassifierNotFound", "ClassifierInvalid")
+READY_REASONS = (
+    "TargetsFound",
+    "TargetNotFound",
+    "NameConflict",
+    "ClassifierNotFound",
+    "ClassifierInvalid",
+)
 
 
 class ModelRouteStatus(Model):
     """Observed state of the route, written by the operator. Ready is True when every target
     names a served model of the namespace and the classifier's weights load (reason
-    TargetsFound); else False with TargetNotFound, ClassifierNotFound or ClassifierInvalid."""
+    TargetsFound); else False with TargetNotFound, NameConflict (spec.name is also a served
+    model's name), ClassifierNotFound or ClassifierInvalid."""
 
     observed_generation: int | None = observed_generation_field()
     conditions: list[Condition] = conditions_field()
