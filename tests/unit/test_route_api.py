@@ -3,7 +3,7 @@
 Matrix: every ModelRoute case of the shared invalid table (support.objects; the API server's
 side is tests/integration/test_api_server.py) against the model's validator, whose message must
 carry the expected text; the base route parses with its defaults; a cost-ceiling-only rule is a
-match of its own and is accepted.
+match of its own and is accepted; kubectl's columns and short name.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from support.objects import BASE, INVALID, merged
+from tokenfleet.api import crd
 from tokenfleet.api.route import ModelRouteSpec
 
 ROUTE_CASES = [case for case in INVALID if case.values[0] == "ModelRoute"]
@@ -52,3 +53,10 @@ def test_a_cost_ceiling_alone_is_a_rule() -> None:
         },
     )
     assert ModelRouteSpec.model_validate(spec).rules[0].max_cost_per_million_tokens == 0.5
+
+
+def test_kubectl_shows_name_default_targets_and_ready() -> None:
+    kind = next(k for k in crd.KINDS if k.kind == "ModelRoute")
+    assert kind.short_names[0] == "tfroute"
+    assert [c.name for c in kind.columns] == ["Model", "Default", "Targets", "Ready", "Age"]
+    assert next(c for c in kind.columns if c.name == "Targets").priority == 1  # -o wide
