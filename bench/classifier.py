@@ -2,8 +2,8 @@
 classifier is on prompts it never saw.
 
 Cost: the shipped chat-auto weights (examples/09-model-routes/classifier-configmap.yaml) score
-prompts of four sizes — a short question, 2,000 characters, 8,192 (the most the classifier
-reads: the prompt text the gateway keeps), 20,000 (cut to 8,192) — timed one call at a time
+prompts of five sizes — a short question, a 300-character chat turn, 2,000 characters (about
+the most the classifier reads, 2,048), 20,000 (cut to 2,048) — timed one call at a time
 with perf_counter_ns, p50 and p99 in microseconds. Then the chat-auto rule table's decision
 (``model_routes.choose``) with a score in hand, and a long prompt's whole route decision
 (score + choose). Nothing here talks to a network: this is the work the gateway will add per
@@ -70,9 +70,9 @@ def cost(calls: int) -> None:
     print(f"{'work':<34}{'p50 µs':>10}{'p99 µs':>10}")
     prompts = {
         "score, short question (31 chars)": "What is the capital of Norway?",
+        "score, a chat turn (300 chars)": (SENTENCE * 3)[:300],
         "score, 2,000 chars": (SENTENCE * 20)[:2000],
-        "score, 8,192 chars (most read)": (SENTENCE * 60)[:8192],
-        "score, 20,000 chars (cut to 8,192)": (SENTENCE * 140)[:20000],
+        "score, 20,000 chars (cut to 2,048)": (SENTENCE * 140)[:20000],
     }
     for name, text in prompts.items():
         p50, p99 = _timed(functools.partial(model.score, text), calls)

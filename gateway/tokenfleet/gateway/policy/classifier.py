@@ -3,7 +3,7 @@
 The seam is :class:`Classifier`; any object with ``score(text) -> float`` serves. The one
 implementation, :class:`HashedNgrams`, is a logistic model over hashed word unigrams and bigrams:
 
-    text[:8192] ─lower─▶ UTF-8 ─ASCII punctuation→space─▶ words ─crc32─▶ unigram buckets
+    text[:2048] ─lower─▶ UTF-8 ─ASCII punctuation→space─▶ words ─crc32─▶ unigram buckets
                                                               └─ crc32(w1 + w2) ─▶ bigram buckets
     P(hard) = σ(bias + Σ weight[bucket] / √(number of buckets))
 
@@ -34,9 +34,10 @@ from typing import Any, Protocol
 #: The document's format name and version: a reader refuses any other.
 FORMAT = "tokenfleet.io/hashed-ngram-logistic"
 VERSION = 1
-#: Characters scored: the prompt text the gateway keeps for prefix affinity (bodies.Parsed's
-#: prefix_text is at most this), so the classifier costs at most this much per request.
-MAX_CHARS = 8192
+#: Characters scored: how a request asks shows in its first 2,048 characters (about 350 words);
+#: the cost is linear in what is read (about 75 µs per 1,000 characters on a loaded core,
+#: bench/classifier.py), so this bounds it per request, and a route's length rules see the rest.
+MAX_CHARS = 2048
 #: A bucket is a crc32.
 BUCKETS = 1 << 32
 #: σ saturates long before this; the clamp only keeps math.exp from overflowing.
