@@ -19,6 +19,8 @@ commands:
                        size a fleet from token-level traffic and a measured replica profile
   simulate SCENARIO.yaml [--scaler S] [--profile P.json] [--out DIR]
                        replay traffic against a simulated fleet under each scaling policy
+  route train-classifier PROMPTS.jsonl -o OUT [--configmap NAME] [--seed 0]
+                       train a ModelRoute's prompt classifier; prints held-out accuracy
   usage [--since 24h] [--tenant NS/NAME] [-o table|json|csv] [--cost] [--plot P.png]
                        usage per tenant, model, pool and outcome from the ledger; --cost
                        allocates the pools' GPU-hours (idle and failed work as own lines)
@@ -59,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         from tokenfleet.sim.__main__ import main as simulate
 
         return simulate(rest)
+    if command == "route" and rest[:1] == ["train-classifier"]:
+        from tokenfleet.gateway.route_training import main as train_classifier
+
+        return train_classifier(rest[1:])
     if command == "usage":
         from tokenfleet.devstack.usage_report import main as usage_report
 

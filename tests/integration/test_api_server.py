@@ -15,14 +15,18 @@ from pydantic import BaseModel
 
 from support.cluster import Cluster
 from support.objects import BASE, INVALID, manifest
+from tokenfleet.api.adapter import ModelAdapterSpec
 from tokenfleet.api.deployment import ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
+from tokenfleet.api.route import ModelRouteSpec
 from tokenfleet.api.tenant import TenantSpec
 
 SPECS: dict[str, type[BaseModel]] = {
     "InferencePool": InferencePoolSpec,
     "ModelDeployment": ModelDeploymentSpec,
     "Tenant": TenantSpec,
+    "ModelAdapter": ModelAdapterSpec,
+    "ModelRoute": ModelRouteSpec,
 }
 
 
@@ -33,6 +37,7 @@ def test_crds_are_established_with_short_names(cluster: Cluster) -> None:
         ("ModelDeployment", "tfmodel"),
         ("Tenant", "tftenant"),
         ("ModelAdapter", "tfadapter"),
+        ("ModelRoute", "tfroute"),
     ):
         assert kind in names and short in names
 

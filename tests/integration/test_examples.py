@@ -7,13 +7,15 @@ manifest pointed at a tampered or absent copy never serves and says why. 04's fu
 (sign, serve, tamper, refuse) is tests/integration/test_signed_example.py; here its README's
 signing steps run and print the digest the manifest pins. 05 and 06 are offline tools: a short
 simulation of each scenario's first seconds, and `tokenfleet plan` printing exactly the output
-06's README shows.
+06's README shows. 09 (model routes) is accepted by the API server and its classifier's
+training command reproduces the shipped weights.
 """
 
 from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import re
 import shutil
 import socket
@@ -308,3 +310,32 @@ def test_07_quality_canary(cluster: Cluster, ns: str) -> None:
         assert done.returncode == 0, (manifest.name, done.stderr)
     readme = (folder / "README.md").read_text()
     assert "kubectl tokenfleet rollout" in readme and "QualityRegression" in readme
+
+
+TRAIN = (
+    "tokenfleet route train-classifier examples/09-model-routes/prompts.jsonl "
+    "-o examples/09-model-routes/classifier-configmap.yaml --configmap chat-auto-classifier"
+)
+
+
+def test_09_model_routes(cluster: Cluster, ns: str, tmp_path: Path) -> None:
+    """The chat-auto route and its classifier's ConfigMap are accepted by the API server, and
+    the README's training command, run on the shipped prompts, prints the held-out line the
+    shipped weights record and writes exactly the shipped ConfigMap. (The route's decisions
+    are tests/unit/gateway/test_model_routes.py; the gateway does not serve routes yet.)"""
+    folder = EXAMPLES / "09-model-routes"
+    for manifest in sorted(folder.glob("*.yaml")):
+        done = cluster.kubectl(
+            "apply", "--dry-run=server", "-n", ns, "-f", str(manifest), check=False
+        )
+        assert done.returncode == 0, (manifest.name, done.stderr)
+    readme = (folder / "README.md").read_text()
+    assert TRAIN in readme, "the README shows the training command this test runs"
+    out = tmp_path / "classifier-configmap.yaml"
+    args = TRAIN.split()[1:]
+    args[args.index("-o") + 1] = str(out)
+    printed = run(str(BIN / "tokenfleet"), *args)
+    shipped = (folder / "classifier-configmap.yaml").read_text()
+    recorded = json.loads(yaml.safe_load(shipped)["data"]["weights.json"])["about"]["heldOut"]
+    assert recorded in printed.splitlines(), (recorded, printed)
+    assert out.read_text() == shipped

@@ -52,11 +52,24 @@ ADAPTER_SPEC: Obj = {
     "tenants": ["demo-tenant"],
 }
 
+ROUTE_SPEC: Obj = {
+    "name": "chat-auto",
+    "rules": [
+        {
+            "name": "short-without-tools",
+            "match": {"maxPromptTokens": 499, "tools": False},
+            "targets": [{"model": "demo-small"}],
+        }
+    ],
+    "defaultTargets": [{"model": "demo-model"}],
+}
+
 BASE = {
     "InferencePool": POOL_SPEC,
     "ModelDeployment": MODEL_SPEC,
     "Tenant": TENANT_SPEC,
     "ModelAdapter": ADAPTER_SPEC,
+    "ModelRoute": ROUTE_SPEC,
 }
 
 
@@ -329,5 +342,79 @@ INVALID = [
     ),
     _case(
         "adapter-tenant-name-with-capitals", "ModelAdapter", {"tenants": ["Acme"]}, "should match"
+    ),
+    _case(
+        "route-without-default-targets",
+        "ModelRoute",
+        {"defaultTargets": []},
+        "should have at least 1 item",
+    ),
+    _case(
+        "route-rule-without-match",
+        "ModelRoute",
+        {"rules": [{"name": "all", "targets": [{"model": "demo-small"}]}]},
+        "put its targets in defaultTargets instead",
+    ),
+    _case(
+        "route-duplicate-rule-names",
+        "ModelRoute",
+        {"rules": [ROUTE_SPEC["rules"][0], ROUTE_SPEC["rules"][0]]},
+        "rule names must be unique",
+    ),
+    _case(
+        "route-classifier-rule-without-classifier",
+        "ModelRoute",
+        {
+            "rules": [
+                {"name": "hard", "match": {"classifierAbove": 0.5}, "targets": [{"model": "x"}]}
+            ]
+        },
+        "classifierAbove and classifierBelow need spec.classifier",
+    ),
+    _case(
+        "route-repeated-target",
+        "ModelRoute",
+        {"defaultTargets": [{"model": "demo-model"}, {"model": "demo-model", "weight": 3}]},
+        "list each target model once",
+    ),
+    _case(
+        "route-all-weights-zero",
+        "ModelRoute",
+        {"defaultTargets": [{"model": "demo-model", "weight": 0}]},
+        "at least one target needs a weight above 0",
+    ),
+    _case(
+        "route-targets-itself",
+        "ModelRoute",
+        {"defaultTargets": [{"model": "chat-auto"}]},
+        "targets must name served models, not the route's own name",
+    ),
+    _case(
+        "route-prompt-bounds-crossed",
+        "ModelRoute",
+        {
+            "rules": [
+                {
+                    "name": "mid",
+                    "match": {"minPromptTokens": 900, "maxPromptTokens": 100},
+                    "targets": [{"model": "demo-small"}],
+                }
+            ]
+        },
+        "minPromptTokens must be at most maxPromptTokens",
+    ),
+    _case(
+        "route-bad-header-name",
+        "ModelRoute",
+        {
+            "rules": [
+                {
+                    "name": "h",
+                    "match": {"headers": {"x task": "a"}},
+                    "targets": [{"model": "demo-small"}],
+                }
+            ]
+        },
+        "keys must be HTTP header names",
     ),
 ]

@@ -17,8 +17,10 @@ from pydantic import BaseModel, ValidationError
 
 from support.objects import BASE, INVALID
 from tokenfleet.api import base
+from tokenfleet.api.adapter import ModelAdapterSpec
 from tokenfleet.api.deployment import ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec, InferencePoolStatus
+from tokenfleet.api.route import ModelRouteSpec
 from tokenfleet.api.tenant import TenantSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,6 +28,8 @@ SPECS: dict[str, type[BaseModel]] = {
     "InferencePool": InferencePoolSpec,
     "ModelDeployment": ModelDeploymentSpec,
     "Tenant": TenantSpec,
+    "ModelAdapter": ModelAdapterSpec,
+    "ModelRoute": ModelRouteSpec,
 }
 
 

@@ -23,6 +23,7 @@ from tokenfleet.api import base
 from tokenfleet.api.adapter import ModelAdapter
 from tokenfleet.api.deployment import ModelDeployment
 from tokenfleet.api.pool import InferencePool
+from tokenfleet.api.route import ModelRoute
 from tokenfleet.api.tenant import Tenant
 
 Schema = dict[str, Any]
@@ -145,6 +146,28 @@ KINDS: tuple[Kind, ...] = (
                 type="integer",
                 description="Requests served with it.",
             ),
+            _age(),
+        ),
+    ),
+    Kind(
+        kind="ModelRoute",
+        plural="modelroutes",
+        short_names=("tfroute", "tfroutes"),
+        model=ModelRoute,
+        columns=(
+            Column(name="Model", json_path=".spec.name", description="Public model name."),
+            Column(
+                name="Default",
+                json_path=".spec.defaultTargets[*].model",
+                description="Where requests that match no rule go.",
+            ),
+            Column(
+                name="Targets",
+                json_path=".spec.rules[*].targets[*].model",
+                description="The rules' target models, in rule order.",
+                priority=1,
+            ),
+            _ready(),
             _age(),
         ),
     ),
