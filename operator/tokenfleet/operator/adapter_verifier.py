@@ -2,9 +2,10 @@
 
 Each (adapter, digest, trust) is verified once, in a background thread, and the loop is woken
 when a verdict arrives; status shows it from then on. A refusal is tried again after
-``RETRY_REFUSED_SECONDS``, a verified adapter after ``RECHECK_VERIFIED_SECONDS``. This verdict is what the gateways require before they ask
-a worker to load the adapter; the worker's sidecar verifies again before its engine sees the
-files, so what serves is always what was checked there (docs/adapters.md).
+``RETRY_REFUSED_SECONDS``, a verified adapter after ``RECHECK_VERIFIED_SECONDS``. This verdict
+is what the gateways require before they ask a worker to load the adapter; the worker's sidecar
+verifies again before its engine sees the files, so what serves is always what was checked
+there (docs/adapters.md).
 """
 
 from __future__ import annotations
