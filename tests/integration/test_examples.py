@@ -312,6 +312,111 @@ def test_07_quality_canary(cluster: Cluster, ns: str) -> None:
     assert "kubectl tokenfleet rollout" in readme and "QualityRegression" in readme
 
 
+#: Where 08's manifests read their files from; its README copies them there.
+ARTIFACTS_08 = Path("/tmp/tokenfleet-examples/08-lora-adapters")
+
+
+def test_08_lora_adapters(cluster: Cluster, ns: str, operator: Any, tmp_path: Path) -> None:
+    """The README's journey: both adapters verified by the operator, each tenant's served from
+    its adapter through the base's workers (their real adapter-loader sidecars), the other
+    tenant refused with 403, status showing where it is loaded and what it served; and the
+    shipped files are what make-adapters.py writes, signed as adapters.yaml pins them."""
+    import openai
+
+    from support.cluster import scraped
+    from support.gateway import running, start_gateway
+    from support.operator import service_account_kubeconfig
+
+    folder = EXAMPLES / "08-lora-adapters"
+    remade = tmp_path / "remade"
+    remade.mkdir()
+    run(sys.executable, str(folder / "make-adapters.py"), str(remade))
+    pinned = {
+        doc["metadata"]["name"]: doc["spec"]["artifact"]
+        for doc in yaml.safe_load_all((folder / "adapters.yaml").read_text())
+    }
+    for name, spec in pinned.items():
+        for file in ("adapter_config.json", "adapter_model.safetensors"):
+            assert (remade / name / file).read_bytes() == (folder / name / file).read_bytes()
+        assert spec["uri"] == (ARTIFACTS_08 / name).as_uri()
+        checked = run(
+            sys.executable, "-m", "tokenfleet.signing", "verify", (folder / name).as_uri(),
+            "--digest", spec["digest"], "--public-key", str(folder / "public.pem"),
+        )  # fmt: skip
+        assert json.loads(checked)["reason"] == "Verified", checked
+
+    # the README: copy the files where the manifests point, apply, make the tenants' keys
+    ARTIFACTS_08.mkdir(parents=True, exist_ok=True)
+    for name in ("acme-support", "globex-legal"):
+        shutil.copytree(folder / name, ARTIFACTS_08 / name, dirs_exist_ok=True)
+    shutil.copytree(
+        EXAMPLES / "02-model-deployment/tiny-chat", ARTIFACTS_08 / "tiny-chat", dirs_exist_ok=True
+    )
+    cluster.kubectl(
+        "apply", "-n", ns, "-f", str(EXAMPLES / "02-model-deployment/trust-secret.yaml")
+    )
+    apply(cluster, ns, "08-lora-adapters")
+    keys = {
+        tenant: run(
+            str(BIN / "tokenfleet"), "tenant", "create-key", tenant, "-n", ns, env=cluster.env
+        ).strip()
+        for tenant in ("acme", "globex")
+    }
+
+    def ready(name: str) -> dict[str, Any] | None:
+        obj = cluster.get("tfadapter", name, "-n", ns)
+        return obj if condition(obj, "Ready").get("status") == "True" else None
+
+    for name in pinned:
+        obj = wait_for(f"{name} verified and Ready", lambda n=name: ready(n), timeout=120)
+        assert obj["status"]["verified"] and obj["status"]["digest"] == pinned[name]["digest"]
+    table = cluster.kubectl("get", "tfadapter", "-n", ns).stdout
+    assert "acme-support" in table and "Verified" in table, table
+
+    kubeconfig = service_account_kubeconfig(
+        cluster, tmp_path / "gw-kubeconfig", component="gateway", account="tokenfleet-gateway"
+    )
+    gateway = start_gateway(tmp_path, None, env={"KUBECONFIG": str(kubeconfig)}, ready=False)
+    with running(gateway), scraped(cluster, job="tokenfleet-gateway", port=gateway.port):
+        clients = {
+            t: openai.OpenAI(base_url=gateway.url + "/v1", api_key=k, max_retries=0)
+            for t, k in keys.items()
+        }
+
+        def answer(tenant: str, model: str) -> Any:
+            try:
+                return clients[tenant].chat.completions.with_raw_response.create(
+                    model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=8
+                )
+            except (openai.AuthenticationError, openai.NotFoundError, openai.APIStatusError):
+                return None  # keys, pods or verdicts not known to the new gateway yet
+
+        for tenant, model in (("acme", "acme-support"), ("globex", "globex-legal")):
+            raw = wait_for(f"{tenant} served by {model}", lambda t=tenant, m=model: answer(t, m),
+                           timeout=120)  # fmt: skip
+            assert raw.headers["X-TokenFleet-Model"] == model
+            assert raw.parse().model == model and raw.parse().choices
+        with pytest.raises(openai.PermissionDeniedError):
+            clients["globex"].chat.completions.create(
+                model="acme-support", messages=[{"role": "user", "content": "hi"}], max_tokens=8
+            )
+        base = clients["acme"].chat.completions.create(
+            model="llama-3.1-8b-base", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+        assert base.model == "llama-3.1-8b-base"
+        pods = {p["metadata"]["name"] for p in cluster.get("pods", "-n", ns)["items"]}
+
+        def reported() -> dict[str, Any] | None:
+            status = cluster.get("tfadapter", "acme-support", "-n", ns).get("status") or {}
+            served = status.get("requestsServed", 0) >= 1
+            return status if served and status.get("loadedReplicas", 0) >= 1 else None
+
+        status = wait_for("acme-support's placement in status", reported, timeout=90)
+        assert set(status["loadedOn"]) <= pods and status["loadedReplicas"] == len(
+            status["loadedOn"]
+        )
+
+
 TRAIN = (
     "tokenfleet route train-classifier examples/09-model-routes/prompts.jsonl "
     "-o examples/09-model-routes/classifier-configmap.yaml --configmap chat-auto-classifier"
