@@ -347,6 +347,13 @@ class AdapterPolicy(Model):
         "many requests above the least-loaded replica's; beyond it the adapter is loaded on one "
         "more replica.",
     )
+    placement: Literal["Affinity", "LeastLoad"] = Field(
+        default="Affinity",
+        description="Affinity: requests go to replicas that hold their adapter (bounded by "
+        "spillAbove), loading it elsewhere only when needed. LeastLoad: by load alone, loading "
+        "the adapter wherever a request lands, as an adapter-unaware router would (a baseline "
+        "to compare against; it loads far more).",
+    )
     load_timeout_seconds: float = Field(
         default=30.0,
         gt=0,

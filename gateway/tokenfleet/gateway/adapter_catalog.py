@@ -85,7 +85,9 @@ def adapter_of(
         offer=offer,
         reason=reason,
         slots=slots_of(lora),
-        policy=placement.Policy(spill_above=knobs.spill_above),
+        policy=placement.Policy(
+            spill_above=knobs.spill_above, affinity=knobs.placement == "Affinity"
+        ),
         load_timeout_seconds=knobs.load_timeout_seconds,
     )
 

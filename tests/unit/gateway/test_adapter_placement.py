@@ -147,3 +147,42 @@ def test_inputs_untouched_and_replayable() -> None:
     first = place(adapter="m", candidates=candidates, policy=BOUND, tie=7)
     assert first == place(adapter="m", candidates=candidates, policy=BOUND, tie=7)
     assert candidates == [holder("a", 1, ("m",)), holder("b", 1, ("m",))]
+
+
+BY_LOAD = Policy(affinity=False)
+
+
+@pytest.mark.parametrize(
+    ("candidates", "expected"),
+    [
+        pytest.param(  # the holder is busier: load alone sends it elsewhere, to load it again
+            [holder("a", 3, ("x",)), holder("b", 0)],
+            Placement(url="b", why=Why.FREE_SLOT),
+            id="ignores-the-holder",
+        ),
+        pytest.param(
+            [holder("a", 0, ("x",)), holder("b", 2)],
+            Placement(url="a", why=Why.LOADED),
+            id="least-loaded-happens-to-hold-it",
+        ),
+        pytest.param(
+            [holder("a", 0, ("y", "z")), holder("b", 1)],
+            Placement(url="a", why=Why.EVICT, evict="y"),
+            id="evicts-the-lru-there",
+        ),
+        pytest.param(
+            [holder("a", 0, ("y", "z"), in_use=("y", "z")), holder("b", 1)],
+            Placement(url="a", why=Why.NO_SLOT),
+            id="waits-there-when-all-slots-run",
+        ),
+        pytest.param(
+            [holder("a", 0, ("x",), loading=("x",)), holder("b", 1)],
+            Placement(url="a", why=Why.LOADING),
+            id="joins-a-load",
+        ),
+    ],
+)
+def test_the_load_only_baseline_places_by_load_alone(
+    candidates: list[Holder], expected: Placement
+) -> None:
+    assert place(adapter="x", candidates=candidates, policy=BY_LOAD, tie=0) == expected

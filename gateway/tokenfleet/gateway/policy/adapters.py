@@ -56,6 +56,10 @@ class Policy:
     """A holder takes the request while its load is at most this many requests above the
     least-loaded candidate's. 8 is an eighth of a 64-sequence batch: a few extra decode slots,
     which cost a step little, against a ~1 s adapter load."""
+    affinity: bool = True
+    """False: by load alone (the least-loaded candidate), loading the adapter there if it does
+    not hold it — what an adapter-unaware router does; the baseline affinity is measured
+    against."""
 
 
 class Why(enum.StrEnum):
@@ -109,6 +113,8 @@ def place(
     """The replica for a request using ``adapter``, with the reason; None without candidates."""
     if not candidates:
         return None
+    if not policy.affinity:
+        return _by_load_alone(adapter, candidates, tie)
     least = min(h.load for h in candidates)
     holders = [h for h in candidates if adapter in h.adapters]
     fit = [h for h in holders if h.load <= least + policy.spill_above]
@@ -130,3 +136,17 @@ def place(
     if holders:  # over the bound, but nowhere else can load it: a holder still serves soonest
         return Placement(url=_pick(_least(holders), tie).url, why=Why.OVER_BOUND)
     return Placement(url=_pick(_least(candidates), tie).url, why=Why.NO_SLOT)
+
+
+def _by_load_alone(adapter: Hashable, candidates: Sequence[Holder], tie: int) -> Placement:
+    chosen = _pick(_least(candidates), tie)
+    if adapter in chosen.adapters:
+        return Placement(
+            url=chosen.url, why=Why.LOADING if adapter in chosen.loading else Why.LOADED
+        )
+    if not has_room(chosen):
+        return Placement(url=chosen.url, why=Why.NO_SLOT)
+    evict = victim(chosen)
+    return Placement(
+        url=chosen.url, why=Why.EVICT if evict is not None else Why.FREE_SLOT, evict=evict
+    )
