@@ -128,6 +128,7 @@ bench: $(VENV)/.installed binaries native $(PEERS)/.installed
 	$(PY) bench/simulator.py
 	$(PY) bench/sim_accuracy.py
 	$(PY) bench/response_cache.py
+	$(PY) bench/adapters.py
 	$(PY) bench/classifier.py
 
 crds: $(VENV)/.installed
