@@ -6,7 +6,7 @@ Covered: chat-auto sends a short prompt without tools to chat-small, a long one 
 tools to chat-large, a short prompt the classifier calls hard to chat-large — each answer's
 ``model`` and ``X-TokenFleet-Model`` name the target and ``X-TokenFleet-Route`` the rule,
 streamed and not; a tenant allowed the route (and not its targets) is served, one not allowed
-the route gets 403; a weighted route splits 200 requests within bounds; the decision counter
+the route gets 403; ``/v1/models`` lists the routes a tenant may use; a weighted route splits 200 requests within bounds; the decision counter
 counts every routed request by rule and target, and usage is counted by the target; a route
 whose classifier ConfigMap is missing still serves by its other rules (and its gauge says 0);
 a route to a model nothing serves answers 503 ``route_target_not_found``, not a crash.
@@ -140,6 +140,13 @@ def test_a_tenant_not_allowed_the_route_is_refused(gateway: Gateway) -> None:
         client(gateway).chat.completions.create(
             model="chat-small", messages=[{"role": "user", "content": SHORT}], max_tokens=2
         )
+
+
+def test_the_models_list_shows_the_routes_the_tenant_may_use(gateway: Gateway) -> None:
+    mine = {m.id for m in client(gateway).models.list()}
+    assert mine == {"chat-auto", "chat-blind", "chat-split", "chat-broken"}
+    assert client(gateway).models.retrieve("chat-auto").id == "chat-auto"
+    assert {m.id for m in client(gateway, OTHER_KEY).models.list()} == {"chat-small"}
 
 
 def test_weights_split_traffic(gateway: Gateway) -> None:

@@ -155,6 +155,13 @@ class Catalog:
             and a.offer is adapter_access.Offer.OFFERED
         )
 
+    def routes_for(self, tenant: Tenant) -> list[str]:
+        """The public names of the routes the tenant may use, as its namespace resolves them."""
+        names = {n for _, n in self.routes}
+        return sorted(
+            n for n in names if self.route(n, tenant.namespace) is not None and tenant.may_use(n)
+        )
+
     def visible(self, namespace: str = "") -> dict[str, Model]:
         """Every served name as a caller in ``namespace`` resolves it."""
         out = {n: m for n, m in self.models.items() if (namespace, n) not in self.claimed}
