@@ -2,7 +2,9 @@
 
 Compares: direct to the backend, TokenFleet's gateway (static mode, default configuration:
 auth + Redis quotas + admission + prefix routing, access log on, written to a file as every
-proxy's log is), LiteLLM proxy and vllm-router (both from PyPI, in bench/.venv-peers). Reports:
+proxy's log is), the same gateway asked for a ModelRoute's public name (``tokenfleet+route``:
+examples/09-model-routes' classifier scores every prompt, then its rules choose the model),
+LiteLLM proxy and vllm-router (both from PyPI, in bench/.venv-peers). Reports:
 
   non-streamed: CPU ms per request of the proxy process tree, added p50/p99 at 1 and 32 connections
   streamed:     CPU us per relayed token, added TTFT p99, inter-token p99 (64 streams, 5 ms/token)
@@ -74,6 +76,7 @@ class Proxy:
     headers: dict[str, str]
     pid: int | None  # None: direct
     process: subprocess.Popen[bytes] | None = None
+    model: str = "m"  # what requests ask for (a route's public name for tokenfleet+route)
 
 
 def stop(process: subprocess.Popen[bytes] | None) -> None:
@@ -87,7 +90,7 @@ def stop(process: subprocess.Popen[bytes] | None) -> None:
 
 async def load(proxy: Proxy, *, connections: int, total: int, stream: bool) -> dict[str, Any]:
     body = {
-        "model": "m",
+        "model": proxy.model,
         "messages": [{"role": "user", "content": WORDS if stream else "hello"}],
         "max_tokens": 100 if stream else 8,
         "stream": stream,
@@ -198,7 +201,32 @@ def start_backends(tmp: Path) -> tuple[subprocess.Popen[bytes], int, subprocess.
     return fast, fast_port, streaming, stream_port
 
 
-def start_tokenfleet(tmp: Path, backend: int, redis_url: str) -> Proxy:
+#: The route of the tokenfleet+route case: the classifier's rule first, so every request is
+#: scored (the worst case for a route), then a length rule, then the default; all lead to m.
+ROUTE = {
+    "name": "auto",
+    "classifier": {"configMap": "classifier"},
+    "rules": [
+        {"name": "hard", "match": {"classifierAbove": 0.8}, "targets": [{"model": "m"}]},
+        {
+            "name": "short",
+            "match": {"maxPromptTokens": 499, "tools": False},
+            "targets": [{"model": "m"}],
+        },
+    ],
+    "defaultTargets": [{"model": "m"}],
+}
+
+
+def route_config() -> dict[str, Any]:
+    """The static file's routes and configMaps for the tokenfleet+route case."""
+    import yaml
+
+    cm = yaml.safe_load((REPO / "examples/09-model-routes/classifier-configmap.yaml").read_text())
+    return {"routes": [ROUTE], "configMaps": {"classifier": cm["data"]}}
+
+
+def start_tokenfleet(tmp: Path, backend: int, redis_url: str, *, routed: bool = False) -> Proxy:
     port = free_port()
     digest = "sha256:" + hashlib.sha256(KEY.encode()).hexdigest()
     config = tmp / f"tf-{port}.json"
@@ -224,6 +252,7 @@ def start_tokenfleet(tmp: Path, backend: int, redis_url: str) -> Proxy:
                         },
                     }
                 ],
+                **(route_config() if routed else {}),
             }
         )
     )
@@ -243,8 +272,9 @@ def start_tokenfleet(tmp: Path, backend: int, redis_url: str) -> Proxy:
         {"TOKENFLEET_SALT_SECRET": "bench"},
     )
     wait_port(port)
+    name, model = ("tokenfleet+route", "auto") if routed else ("tokenfleet", "m")
     return Proxy(
-        "tokenfleet", f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {KEY}"}, p.pid, p
+        name, f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {KEY}"}, p.pid, p, model
     )
 
 
@@ -322,6 +352,12 @@ def main() -> int:
             "tokenfleet",
             lambda port: start_tokenfleet(tmp, port, f"redis://127.0.0.1:{redis_port}/0"),
         ),
+        (
+            "tokenfleet+route",
+            lambda port: start_tokenfleet(
+                tmp, port, f"redis://127.0.0.1:{redis_port}/0", routed=True
+            ),
+        ),
         ("litellm", lambda port: start_litellm(tmp, port)),
         ("vllm-router", lambda port: start_vllm_router(tmp, port)),
     ]
@@ -361,7 +397,7 @@ def report(results: dict[str, dict[str, Any]]) -> None:
     base = results["direct"]
     print("\nnon-streamed (8 tokens), backend answers at once")
     print(
-        f"{'':12} {'CPU ms/req':>10} {'p50 @1':>8} {'added':>7} {'p99 @1':>8} {'p50 @32':>8} {'added':>7} "
+        f"{'':16} {'CPU ms/req':>10} {'p50 @1':>8} {'added':>7} {'p99 @1':>8} {'p50 @32':>8} {'added':>7} "
         f"{'p99 @32':>8} {'errors':>6}"
     )
     for name, row in results.items():
@@ -370,7 +406,7 @@ def report(results: dict[str, dict[str, Any]]) -> None:
         one, many = row["one"], row["many"]
         cpu = "-" if name == "direct" else f"{1000 * many['cpu'] / max(1, many['ok']):.3f}"
         print(
-            f"{name:12} {cpu:>10} {one['p50']:8.2f} {one['p50'] - base['one']['p50']:7.2f} {one['p99']:8.2f} "
+            f"{name:16} {cpu:>10} {one['p50']:8.2f} {one['p50'] - base['one']['p50']:7.2f} {one['p99']:8.2f} "
             f"{many['p50']:8.2f} {many['p50'] - base['many']['p50']:7.2f} {many['p99']:8.2f} "
             f"{one['errors'] + many['errors']:>6}"
         )
@@ -378,7 +414,7 @@ def report(results: dict[str, dict[str, Any]]) -> None:
         "\nstreamed: 64 concurrent streams, 64 tokens each, one token every 5 ms (ms unless noted)"
     )
     print(
-        f"{'':12} {'CPU us/token':>12} {'TTFT p99':>9} {'added':>7} {'ITL p99':>8} {'vs direct':>9} "
+        f"{'':16} {'CPU us/token':>12} {'TTFT p99':>9} {'added':>7} {'ITL p99':>8} {'vs direct':>9} "
         f"{'tokens':>7} {'errors':>6}"
     )
     for name, row in results.items():
@@ -387,7 +423,7 @@ def report(results: dict[str, dict[str, Any]]) -> None:
         s = row["stream"]
         cpu = "-" if name == "direct" else f"{1e6 * s['cpu'] / max(1, s['chunks']):.1f}"
         print(
-            f"{name:12} {cpu:>12} {s['ttft_p99']:9.2f} {s['ttft_p99'] - base['stream']['ttft_p99']:7.2f} "
+            f"{name:16} {cpu:>12} {s['ttft_p99']:9.2f} {s['ttft_p99'] - base['stream']['ttft_p99']:7.2f} "
             f"{s['itl_p99']:8.2f} {s['itl_p99'] - base['stream']['itl_p99']:9.2f} {s['chunks']:7d} {s['errors']:6d}"
         )
 

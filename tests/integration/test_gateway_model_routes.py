@@ -6,7 +6,8 @@ Covered: chat-auto sends a short prompt without tools to chat-small, a long one 
 tools to chat-large, a short prompt the classifier calls hard to chat-large — each answer's
 ``model`` and ``X-TokenFleet-Model`` name the target and ``X-TokenFleet-Route`` the rule,
 streamed and not; a tenant allowed the route (and not its targets) is served, one not allowed
-the route gets 403; ``/v1/models`` lists the routes a tenant may use; a weighted route splits 200 requests within bounds; the decision counter
+the route gets 403; ``/v1/models`` lists the routes a tenant may use; a weighted route splits
+200 requests within bounds; the decision counter
 counts every routed request by rule and target, and usage is counted by the target; a route
 whose classifier ConfigMap is missing still serves by its other rules (and its gauge says 0);
 a route to a model nothing serves answers 503 ``route_target_not_found``, not a crash.
