@@ -129,13 +129,16 @@ class Catalog:
         return next((a for (_, n), a in sorted(self.adapters.items()) if n == name), None)
 
     def route(self, name: str, namespace: str = "") -> RouteEntry | None:
-        """The route ``name`` means to a caller in ``namespace``: its own namespace's, else
-        the first by namespace/name; None when a model or an adapter has that name there."""
-        if self.model(name, namespace) is not None or self.adapter(name, namespace) is not None:
+        """The route ``name`` means to a caller in ``namespace``: its own namespace's (none
+        is kept whose namespace serves that name: :func:`with_routes`), else — when no model
+        or adapter has the name — the first by namespace/name."""
+        if not self.routes:
             return None
         own = self.routes.get((namespace, name))
-        if own is not None or not self.routes:
+        if own is not None:
             return own
+        if self.model(name, namespace) is not None or self.adapter(name, namespace) is not None:
+            return None
         return next((r for (_, n), r in sorted(self.routes.items()) if n == name), None)
 
     def model(self, name: str, namespace: str = "") -> Model | None:
@@ -404,11 +407,14 @@ def with_adapters(
 
 def with_routes(catalog: Catalog, *, routes: Iterable[RouteEntry]) -> Catalog:
     """The catalog serving ``routes``, except those whose public name a model or an adapter
-    has in their namespace (the served model wins; the operator reports NameConflict)."""
+    has in their own namespace (the served model wins; the operator reports NameConflict). A
+    model of that name in another namespace does not shadow the route for its namespace."""
     kept: dict[tuple[str, str], RouteEntry] = {}
     shadowed = set()
     for r in sorted(routes, key=lambda r: r.key):
-        if catalog.model(r.name, r.namespace) or catalog.adapters.get((r.namespace, r.name)):
+        where = (r.namespace, r.name)
+        static_model = not r.namespace and r.name in catalog.models  # static mode: no namespaces
+        if where in catalog.claimed or where in catalog.adapters or static_model:
             shadowed.add(r.key)
             continue
         kept.setdefault((r.namespace, r.name), r)

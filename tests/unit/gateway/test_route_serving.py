@@ -111,6 +111,21 @@ def test_a_models_name_wins_over_a_routes() -> None:
     assert c.route("small", "team") is None and c.route("chat-auto", "team") is not None
 
 
+def test_another_namespaces_model_does_not_shadow_a_route() -> None:
+    c = catalog.from_objects(
+        pools=[obj({}, "p"), obj({}, "p", "b-ns")],
+        models=[deployment("small"), deployment("chat-auto", "b-ns")],
+        tenants=[],
+        secrets=[],
+        pods=[],
+        routes=[obj(spec(), "auto")],
+    )
+    assert c.shadowed_routes == frozenset()
+    entry = c.route("chat-auto", "team")
+    assert entry is not None and entry.namespace == "team"
+    assert c.route("chat-auto", "b-ns") is None  # there, its own model answers
+
+
 def test_a_tenants_own_namespace_first() -> None:
     c = cluster(obj(spec(target="large"), "auto", "a-ns"), obj(spec(), "auto", "team"))
     own, elsewhere = c.route("chat-auto", "team"), c.route("chat-auto", "zzz")
