@@ -13,6 +13,12 @@ CPU is read from /proc for the proxy's processes only, so the load generator and
 (which share the 2 cores) do not count. Latency figures include that contention for everyone.
 
     .venv/bin/python bench/gateway_overhead.py [--quick]
+    .venv/bin/python bench/gateway_overhead.py --route-rounds 5   # routed vs direct name only
+
+``--route-rounds N`` runs only the two TokenFleet cases, the non-streamed 32-connection load,
+alternating N times (a fresh gateway each), and prints each round's CPU ms per request and the
+mean difference: the classifier and the rule table cost tens of microseconds, less than one
+run's noise on a shared machine, so only alternating rounds can show it.
 """
 
 from __future__ import annotations
@@ -335,7 +341,12 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="fewer requests (a smoke run)")
+    parser.add_argument(
+        "--route-rounds", type=int, default=0, help="only routed vs direct name, N rounds"
+    )
     args = parser.parse_args()
+    if args.route_rounds:
+        return route_rounds(args.route_rounds, scale=0.2 if args.quick else 1.0)
     scale = 0.2 if args.quick else 1.0
     tmp = Path(tempfile.mkdtemp(prefix="tf-gw-bench-"))
     redis_port = free_port()
@@ -390,6 +401,46 @@ def main() -> int:
         for p in (redis, fast, streaming):
             stop(p)
     report(results)
+    return 0
+
+
+def route_rounds(rounds: int, *, scale: float) -> int:
+    """CPU ms per request of the gateway asked for the model by its name, then through the
+    tokenfleet+route route, alternating ``rounds`` times."""
+    tmp = Path(tempfile.mkdtemp(prefix="tf-gw-route-"))
+    redis_port = free_port()
+    redis = start(
+        [shutil.which("redis-server") or "redis-server", "--port", str(redis_port), "--save", ""],
+        tmp / "redis.log",
+    )
+    fast, fast_port, streaming, _ = start_backends(tmp)
+    wait_port(redis_port)
+    cpu: dict[bool, list[float]] = {False: [], True: []}
+    try:
+        for i in range(rounds):
+            for routed in (False, True) if i % 2 == 0 else (True, False):
+                proxy = start_tokenfleet(
+                    tmp, fast_port, f"redis://127.0.0.1:{redis_port}/0", routed=routed
+                )
+                asyncio.run(load(proxy, connections=4, total=50, stream=False))  # warm up
+                got = asyncio.run(
+                    load(proxy, connections=32, total=int(4000 * scale), stream=False)
+                )
+                stop(proxy.process)
+                assert got["errors"] == 0, got
+                cpu[routed].append(1000 * got["cpu"] / got["ok"])
+                print(
+                    f"  round {i + 1} {proxy.name:16} {cpu[routed][-1]:.3f} CPU ms/req", flush=True
+                )
+    finally:
+        for p in (redis, fast, streaming):
+            stop(p)
+    direct, routed_ = statistics.mean(cpu[False]), statistics.mean(cpu[True])
+    diffs = [r - d for r, d in zip(cpu[True], cpu[False], strict=True)]
+    print(
+        f"\nby name {direct:.3f}, routed {routed_:.3f} CPU ms/req; routed − by name: mean "
+        f"{1000 * statistics.mean(diffs):+.0f} µs, per round {', '.join(f'{1000 * d:+.0f}' for d in diffs)} µs"
+    )
     return 0
 
 

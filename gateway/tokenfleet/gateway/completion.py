@@ -236,7 +236,7 @@ class Completion:
             tenant,
             parsed,
             headers=self.request.headers,
-            draw=self.state.router.rng.random(),
+            draw=self.state.router.rng.random,
         )
         if directed is None or isinstance(directed, Rejected):
             return directed

@@ -13,7 +13,7 @@ weights loaded for them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from tokenfleet.api import cost
 from tokenfleet.gateway.catalog import Catalog, Tenant
@@ -77,11 +77,12 @@ def direct(
     parsed: bodies.Parsed,
     *,
     headers: Mapping[str, str],
-    draw: float,
+    draw: Callable[[], float],
 ) -> Directed | Rejected | None:
     """The request for the target its route chooses; None when ``parsed.model`` is no route
     (a served model's name wins over a route's); Rejected when the tenant may not use the
-    route."""
+    route. ``draw`` (uniform in [0, 1)) is called only for a route, so requests by a model's
+    own name leave a seeded random source as they found it."""
     entry = catalog.route(parsed.model, tenant.namespace)
     if entry is None:
         return None
@@ -92,7 +93,7 @@ def direct(
             message=f"model '{entry.name}' is not available to you",
         )
     seen = facts(catalog, entry, tenant=tenant, parsed=parsed, headers=headers)
-    decision = model_routes.choose(entry.route, facts=seen, draw=draw)
+    decision = model_routes.choose(entry.route, facts=seen, draw=draw())
     return Directed(
         parsed=dataclasses.replace(parsed, model=decision.model), entry=entry, decision=decision
     )

@@ -44,6 +44,7 @@ class GatewayState:
     capacities: dict[str, int] = dataclasses.field(default_factory=dict)  # pool → concurrency
     shadowed: frozenset[str] = frozenset()  # adapters whose name a model took (logged once)
     route_problems: frozenset[str] = frozenset()  # route problems already logged (once each)
+    route_gauges: frozenset[tuple[str, str]] = frozenset()  # routes with a classifier gauge
 
     def capacity(self, pool: str) -> int:
         """Requests the pool's ready endpoints take at once (computed once per catalog)."""
@@ -74,16 +75,19 @@ class GatewayState:
             f"route {key}: not served, a model or an adapter has its name"
             for key in catalog.shadowed_routes
         }
+        gauge, labelled = self.metrics.routing.route_classifier_ready, set()
         for entry in catalog.routes.values():
             if entry.route.uses_classifier:
-                ready = entry.classifier is not None
-                gauge = self.metrics.routing.route_classifier_ready
-                gauge.labels(entry.namespace, entry.name).set(1 if ready else 0)
+                labelled.add((entry.namespace, entry.name))
+                gauge.labels(entry.namespace, entry.name).set(0 if entry.classifier is None else 1)
             if entry.classifier_problem:
                 problems.add(
                     f"route {entry.key}: no classifier score, its score rules do not match: "
                     f"{entry.classifier_problem}"
                 )
+        for gone in self.route_gauges - labelled:  # a deleted route leaves no stale series
+            gauge.remove(*gone)
+        self.route_gauges = frozenset(labelled)
         for problem in sorted(problems - self.route_problems):
             log.warning("%s", problem)
         self.route_problems = frozenset(problems)

@@ -207,27 +207,31 @@ def test_a_request_is_directed_to_its_target_with_the_rule() -> None:
     c = cluster(obj(spec(rules=[rule]), "auto"))
     tools = [{"type": "function", "function": {"name": "f"}}]
     directed = model_routing.direct(
-        c, tenant(), parsed(tools=tools), headers=CIMultiDict(), draw=0.5
+        c, tenant(), parsed(tools=tools), headers=CIMultiDict(), draw=lambda: 0.5
     )
     assert isinstance(directed, model_routing.Directed)
     assert directed.parsed.model == "large" and directed.header == "chat-auto/tools"
     assert model_routing.unserved(c, directed, namespace="team") is None
 
 
-def test_a_name_that_is_no_route_is_left_alone() -> None:
+def test_a_name_that_is_no_route_is_left_alone_and_draws_nothing() -> None:
     c = cluster(obj(spec(), "auto"))
-    assert model_routing.direct(c, tenant(), parsed(model="small"), headers={}, draw=0) is None
+
+    def draw() -> float:
+        raise AssertionError("a model's own name must not consume the random source")
+
+    assert model_routing.direct(c, tenant(), parsed(model="small"), headers={}, draw=draw) is None
 
 
 def test_a_tenant_not_allowed_the_route_is_refused() -> None:
     c = cluster(obj(spec(), "auto"))
-    refused = model_routing.direct(c, tenant(("small",)), parsed(), headers={}, draw=0)
+    refused = model_routing.direct(c, tenant(("small",)), parsed(), headers={}, draw=lambda: 0)
     assert isinstance(refused, Rejected) and refused.reason is Reason.MODEL_NOT_ALLOWED
 
 
 def test_a_target_nothing_serves_is_refused_naming_the_route() -> None:
     c = cluster(obj(spec(target="gone"), "auto"))
-    directed = model_routing.direct(c, tenant(), parsed(), headers={}, draw=0)
+    directed = model_routing.direct(c, tenant(), parsed(), headers={}, draw=lambda: 0)
     assert isinstance(directed, model_routing.Directed)
     refused = model_routing.unserved(c, directed, namespace="team")
     assert refused is not None and refused.reason is Reason.ROUTE_TARGET_NOT_FOUND
@@ -257,7 +261,7 @@ def test_the_score_is_computed_only_when_a_rule_reads_it(rules: list[Any], calls
     c = catalog.with_routes(
         c, routes=[route_catalog.RouteEntry(**{**_fields(entry), "classifier": counting})]
     )
-    directed = model_routing.direct(c, tenant(), parsed(), headers={}, draw=0)
+    directed = model_routing.direct(c, tenant(), parsed(), headers={}, draw=lambda: 0)
     assert isinstance(directed, model_routing.Directed) and counting.calls == calls
     assert directed.parsed.model == ("large" if calls else "small")
 
