@@ -58,7 +58,7 @@ def facts(
 ) -> model_routes.Facts:
     """What the route's rules read about this request (``headers`` look up case-insensitively,
     as aiohttp's do)."""
-    scorer = entry.classifier if entry.route.uses_classifier else None
+    scorer = entry.classifier if entry.scores else None
     return model_routes.Facts(
         tenant=tenant.name,
         group=tenant.cache_group,

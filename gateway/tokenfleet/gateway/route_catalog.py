@@ -34,6 +34,9 @@ class RouteEntry:
     """Why the route's classifier has no weights ("" when it has them or needs none)."""
     needs_prices: bool = False
     """Some rule has a cost ceiling: the request's facts then carry the targets' prices."""
+    scores: bool = False
+    """Some rule reads the score and the weights loaded: each request is scored (decided once
+    here, not per request)."""
 
     @property
     def key(self) -> str:
@@ -74,6 +77,7 @@ def entry_of(
         classifier=scorer,
         classifier_problem=problem,
         needs_prices=any(r.max_cost_per_million_tokens is not None for r in spec.rules),
+        scores=scorer is not None and any(r.match.uses_classifier() for r in spec.rules),
     )
 
 

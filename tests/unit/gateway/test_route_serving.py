@@ -258,8 +258,12 @@ def test_the_score_is_computed_only_when_a_rule_reads_it(rules: list[Any], calls
     )
     counting = Counting()
     c = cluster()
+    scores = bool(rules)  # what entry_of decides once weights load
     c = catalog.with_routes(
-        c, routes=[route_catalog.RouteEntry(**{**_fields(entry), "classifier": counting})]
+        c,
+        routes=[
+            route_catalog.RouteEntry(**{**_fields(entry), "classifier": counting, "scores": scores})
+        ],
     )
     directed = model_routing.direct(c, tenant(), parsed(), headers={}, draw=lambda: 0)
     assert isinstance(directed, model_routing.Directed) and counting.calls == calls
@@ -285,3 +289,11 @@ def test_the_static_file_serves_the_example_route_with_its_classifier() -> None:
     )
     entry = config.catalog().route("chat-auto")
     assert entry is not None and entry.classifier is not None and not entry.classifier_problem
+    assert entry.scores  # hard-prompts reads the score, and the weights loaded
+    blind = route_catalog.entry_of(
+        namespace="",
+        resource="chat-auto",
+        spec=ModelRouteSpec.model_validate(route["spec"]),
+        config_maps={},
+    )
+    assert not blind.scores and "not found" in blind.classifier_problem
