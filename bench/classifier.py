@@ -6,8 +6,9 @@ prompts of five sizes — a short question, a 300-character chat turn, 2,000 cha
 the most the classifier reads, 2,048), 20,000 (cut to 2,048) — timed one call at a time
 with perf_counter_ns, p50 and p99 in microseconds. Then the chat-auto rule table's decision
 (``model_routes.choose``) with a score in hand, and a long prompt's whole route decision
-(score + choose). Nothing here talks to a network: this is the work the gateway will add per
-routed request, before admission.
+(score + choose), and the gateway's whole route step (``model_routing.direct``) for a chat turn
+sent to chat-auto and for one sent by a model's own name. Nothing here talks to a network:
+this is the work the gateway adds per routed request, before admission.
 
 Accuracy: ``tokenfleet route train-classifier``'s held-out figures on the example's synthetic
 prompts for seeds 0-9 (each seed holds out different templates), so one lucky split is not
@@ -30,9 +31,11 @@ import yaml
 
 from tokenfleet import native
 from tokenfleet.api.route import ModelRouteSpec
-from tokenfleet.gateway import route_training
-from tokenfleet.gateway.policy import classifier, model_routes
+from tokenfleet.gateway import catalog, model_routing, route_training
+from tokenfleet.gateway.config import StaticConfig
+from tokenfleet.gateway.policy import bodies, classifier, model_routes
 from tokenfleet.gateway.policy import classifier_training as training
+from tokenfleet.gateway.policy.rejections import Rejected
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples/09-model-routes"
 SENTENCE = (
@@ -90,6 +93,47 @@ def cost(calls: int) -> None:
 
     p50, p99 = _timed(decide, calls)
     print(f"{'route decision, 2,000 chars':<34}{p50:>10.1f}{p99:>10.1f}")
+    step(calls, prompts["score, a chat turn (300 chars)"])
+
+
+def step(calls: int, text: str) -> None:
+    """The gateway's whole route step (``model_routing.direct``: the route's look-up, the
+    facts with the score of the latest user turn, the decision, the body for the target) on a
+    static catalog with the example's route and ConfigMap, against a request by a model's own
+    name (the look-up that finds no route)."""
+    route = yaml.safe_load((EXAMPLE / "route.yaml").read_text())
+    cm = yaml.safe_load((EXAMPLE / "classifier-configmap.yaml").read_text())
+    served = catalog_of(route["spec"], cm["data"])
+    tenant = next(iter(served.tenants_by_key_hash.values()))
+    for name, model in (
+        ("route step, chat turn (chat-auto)", "chat-auto"),
+        ("route step, a model's own name", "chat-small"),
+    ):
+        body = {"model": model, "messages": [{"role": "user", "content": text}]}
+        parsed = bodies.parse(body, "chat")
+        assert not isinstance(parsed, Rejected)
+
+        def direct(parsed: bodies.Parsed = parsed) -> object:
+            return model_routing.direct(served, tenant, parsed, headers={}, draw=lambda: 0.5)
+
+        p50, p99 = _timed(direct, calls)
+        print(f"{name:<34}{p50:>10.1f}{p99:>10.1f}")
+
+
+def catalog_of(route: dict[str, object], data: dict[str, str]) -> catalog.Catalog:
+    config = StaticConfig.model_validate(
+        {
+            "models": [
+                {"name": m, "endpoints": [f"http://{m}:8000"]} for m in ("chat-small", "chat-large")
+            ],
+            "tenants": [
+                {"name": "acme", "apiKeyHashes": ["sha256:" + "a" * 64], "allowedModels": ["*"]}
+            ],
+            "routes": [route],
+            "configMaps": {"chat-auto-classifier": data},
+        }
+    )
+    return config.catalog()
 
 
 def accuracy(seeds: int) -> None:

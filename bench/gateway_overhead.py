@@ -2,7 +2,9 @@
 
 Compares: direct to the backend, TokenFleet's gateway (static mode, default configuration:
 auth + Redis quotas + admission + prefix routing, access log on, written to a file as every
-proxy's log is), LiteLLM proxy and vllm-router (both from PyPI, in bench/.venv-peers). Reports:
+proxy's log is), the same gateway asked for a ModelRoute's public name (``tokenfleet+route``:
+examples/09-model-routes' classifier scores every prompt, then its rules choose the model),
+LiteLLM proxy and vllm-router (both from PyPI, in bench/.venv-peers). Reports:
 
   non-streamed: CPU ms per request of the proxy process tree, added p50/p99 at 1 and 32 connections
   streamed:     CPU us per relayed token, added TTFT p99, inter-token p99 (64 streams, 5 ms/token)
@@ -11,6 +13,12 @@ CPU is read from /proc for the proxy's processes only, so the load generator and
 (which share the 2 cores) do not count. Latency figures include that contention for everyone.
 
     .venv/bin/python bench/gateway_overhead.py [--quick]
+    .venv/bin/python bench/gateway_overhead.py --route-rounds 5   # routed vs direct name only
+
+``--route-rounds N`` runs only the two TokenFleet cases, the non-streamed 32-connection load,
+alternating N times (a fresh gateway each), and prints each round's CPU ms per request and the
+mean difference: the classifier and the rule table cost tens of microseconds, less than one
+run's noise on a shared machine, so only alternating rounds can show it.
 """
 
 from __future__ import annotations
@@ -74,6 +82,7 @@ class Proxy:
     headers: dict[str, str]
     pid: int | None  # None: direct
     process: subprocess.Popen[bytes] | None = None
+    model: str = "m"  # what requests ask for (a route's public name for tokenfleet+route)
 
 
 def stop(process: subprocess.Popen[bytes] | None) -> None:
@@ -87,7 +96,7 @@ def stop(process: subprocess.Popen[bytes] | None) -> None:
 
 async def load(proxy: Proxy, *, connections: int, total: int, stream: bool) -> dict[str, Any]:
     body = {
-        "model": "m",
+        "model": proxy.model,
         "messages": [{"role": "user", "content": WORDS if stream else "hello"}],
         "max_tokens": 100 if stream else 8,
         "stream": stream,
@@ -198,7 +207,32 @@ def start_backends(tmp: Path) -> tuple[subprocess.Popen[bytes], int, subprocess.
     return fast, fast_port, streaming, stream_port
 
 
-def start_tokenfleet(tmp: Path, backend: int, redis_url: str) -> Proxy:
+#: The route of the tokenfleet+route case: the classifier's rule first, so every request is
+#: scored (the worst case for a route), then a length rule, then the default; all lead to m.
+ROUTE = {
+    "name": "auto",
+    "classifier": {"configMap": "classifier"},
+    "rules": [
+        {"name": "hard", "match": {"classifierAbove": 0.8}, "targets": [{"model": "m"}]},
+        {
+            "name": "short",
+            "match": {"maxPromptTokens": 499, "tools": False},
+            "targets": [{"model": "m"}],
+        },
+    ],
+    "defaultTargets": [{"model": "m"}],
+}
+
+
+def route_config() -> dict[str, Any]:
+    """The static file's routes and configMaps for the tokenfleet+route case."""
+    import yaml
+
+    cm = yaml.safe_load((REPO / "examples/09-model-routes/classifier-configmap.yaml").read_text())
+    return {"routes": [ROUTE], "configMaps": {"classifier": cm["data"]}}
+
+
+def start_tokenfleet(tmp: Path, backend: int, redis_url: str, *, routed: bool = False) -> Proxy:
     port = free_port()
     digest = "sha256:" + hashlib.sha256(KEY.encode()).hexdigest()
     config = tmp / f"tf-{port}.json"
@@ -224,6 +258,7 @@ def start_tokenfleet(tmp: Path, backend: int, redis_url: str) -> Proxy:
                         },
                     }
                 ],
+                **(route_config() if routed else {}),
             }
         )
     )
@@ -243,8 +278,9 @@ def start_tokenfleet(tmp: Path, backend: int, redis_url: str) -> Proxy:
         {"TOKENFLEET_SALT_SECRET": "bench"},
     )
     wait_port(port)
+    name, model = ("tokenfleet+route", "auto") if routed else ("tokenfleet", "m")
     return Proxy(
-        "tokenfleet", f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {KEY}"}, p.pid, p
+        name, f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {KEY}"}, p.pid, p, model
     )
 
 
@@ -305,7 +341,12 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="fewer requests (a smoke run)")
+    parser.add_argument(
+        "--route-rounds", type=int, default=0, help="only routed vs direct name, N rounds"
+    )
     args = parser.parse_args()
+    if args.route_rounds:
+        return route_rounds(args.route_rounds, scale=0.2 if args.quick else 1.0)
     scale = 0.2 if args.quick else 1.0
     tmp = Path(tempfile.mkdtemp(prefix="tf-gw-bench-"))
     redis_port = free_port()
@@ -321,6 +362,12 @@ def main() -> int:
         (
             "tokenfleet",
             lambda port: start_tokenfleet(tmp, port, f"redis://127.0.0.1:{redis_port}/0"),
+        ),
+        (
+            "tokenfleet+route",
+            lambda port: start_tokenfleet(
+                tmp, port, f"redis://127.0.0.1:{redis_port}/0", routed=True
+            ),
         ),
         ("litellm", lambda port: start_litellm(tmp, port)),
         ("vllm-router", lambda port: start_vllm_router(tmp, port)),
@@ -357,11 +404,51 @@ def main() -> int:
     return 0
 
 
+def route_rounds(rounds: int, *, scale: float) -> int:
+    """CPU ms per request of the gateway asked for the model by its name, then through the
+    tokenfleet+route route, alternating ``rounds`` times."""
+    tmp = Path(tempfile.mkdtemp(prefix="tf-gw-route-"))
+    redis_port = free_port()
+    redis = start(
+        [shutil.which("redis-server") or "redis-server", "--port", str(redis_port), "--save", ""],
+        tmp / "redis.log",
+    )
+    fast, fast_port, streaming, _ = start_backends(tmp)
+    wait_port(redis_port)
+    cpu: dict[bool, list[float]] = {False: [], True: []}
+    try:
+        for i in range(rounds):
+            for routed in (False, True) if i % 2 == 0 else (True, False):
+                proxy = start_tokenfleet(
+                    tmp, fast_port, f"redis://127.0.0.1:{redis_port}/0", routed=routed
+                )
+                asyncio.run(load(proxy, connections=4, total=50, stream=False))  # warm up
+                got = asyncio.run(
+                    load(proxy, connections=32, total=int(4000 * scale), stream=False)
+                )
+                stop(proxy.process)
+                assert got["errors"] == 0, got
+                cpu[routed].append(1000 * got["cpu"] / got["ok"])
+                print(
+                    f"  round {i + 1} {proxy.name:16} {cpu[routed][-1]:.3f} CPU ms/req", flush=True
+                )
+    finally:
+        for p in (redis, fast, streaming):
+            stop(p)
+    direct, routed_ = statistics.mean(cpu[False]), statistics.mean(cpu[True])
+    diffs = [r - d for r, d in zip(cpu[True], cpu[False], strict=True)]
+    print(
+        f"\nby name {direct:.3f}, routed {routed_:.3f} CPU ms/req; routed − by name: mean "
+        f"{1000 * statistics.mean(diffs):+.0f} µs, per round {', '.join(f'{1000 * d:+.0f}' for d in diffs)} µs"
+    )
+    return 0
+
+
 def report(results: dict[str, dict[str, Any]]) -> None:
     base = results["direct"]
     print("\nnon-streamed (8 tokens), backend answers at once")
     print(
-        f"{'':12} {'CPU ms/req':>10} {'p50 @1':>8} {'added':>7} {'p99 @1':>8} {'p50 @32':>8} {'added':>7} "
+        f"{'':16} {'CPU ms/req':>10} {'p50 @1':>8} {'added':>7} {'p99 @1':>8} {'p50 @32':>8} {'added':>7} "
         f"{'p99 @32':>8} {'errors':>6}"
     )
     for name, row in results.items():
@@ -370,7 +457,7 @@ def report(results: dict[str, dict[str, Any]]) -> None:
         one, many = row["one"], row["many"]
         cpu = "-" if name == "direct" else f"{1000 * many['cpu'] / max(1, many['ok']):.3f}"
         print(
-            f"{name:12} {cpu:>10} {one['p50']:8.2f} {one['p50'] - base['one']['p50']:7.2f} {one['p99']:8.2f} "
+            f"{name:16} {cpu:>10} {one['p50']:8.2f} {one['p50'] - base['one']['p50']:7.2f} {one['p99']:8.2f} "
             f"{many['p50']:8.2f} {many['p50'] - base['many']['p50']:7.2f} {many['p99']:8.2f} "
             f"{one['errors'] + many['errors']:>6}"
         )
@@ -378,7 +465,7 @@ def report(results: dict[str, dict[str, Any]]) -> None:
         "\nstreamed: 64 concurrent streams, 64 tokens each, one token every 5 ms (ms unless noted)"
     )
     print(
-        f"{'':12} {'CPU us/token':>12} {'TTFT p99':>9} {'added':>7} {'ITL p99':>8} {'vs direct':>9} "
+        f"{'':16} {'CPU us/token':>12} {'TTFT p99':>9} {'added':>7} {'ITL p99':>8} {'vs direct':>9} "
         f"{'tokens':>7} {'errors':>6}"
     )
     for name, row in results.items():
@@ -387,7 +474,7 @@ def report(results: dict[str, dict[str, Any]]) -> None:
         s = row["stream"]
         cpu = "-" if name == "direct" else f"{1e6 * s['cpu'] / max(1, s['chunks']):.1f}"
         print(
-            f"{name:12} {cpu:>12} {s['ttft_p99']:9.2f} {s['ttft_p99'] - base['stream']['ttft_p99']:7.2f} "
+            f"{name:16} {cpu:>12} {s['ttft_p99']:9.2f} {s['ttft_p99'] - base['stream']['ttft_p99']:7.2f} "
             f"{s['itl_p99']:8.2f} {s['itl_p99'] - base['stream']['itl_p99']:9.2f} {s['chunks']:7d} {s['errors']:6d}"
         )
 

@@ -383,3 +383,97 @@ def _code(ask: Any, name: str) -> str | None:
     except openai.APIStatusError as failed:
         return str(failed.code)
     return None
+
+
+def _route_ready(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
+    status = cluster.get("tfroute", name, "-n", ns).get("status", {})
+    return next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
+
+
+def test_gateway_serves_modelroutes_and_the_operator_reports_them(
+    cluster: Cluster, ns: str, gateway: Gateway
+) -> None:
+    """ModelRoutes and their classifier ConfigMaps are watched: the operator reports a route
+    whose targets are served and whose labelled ConfigMap parses Ready=True TargetsFound, and
+    one to a missing model Ready=False TargetNotFound naming it; the gateway (its own account,
+    which may list ConfigMaps) serves the first, its classifier choosing the rule, the answer
+    naming the target model."""
+    served = f"kr-{ns}"  # the gateway sees every namespace
+    example = yaml.safe_load(
+        (REPO / "examples" / "09-model-routes" / "classifier-configmap.yaml").read_text()
+    )
+    example["metadata"]["namespace"] = ns
+    rule = {"name": "hard-prompts", "match": {"classifierAbove": 0.8}}
+    cluster.apply(
+        artifact.trust_secret(ns),
+        example,
+        manifest("InferencePool", "kpool", ns, {"zones": {"names": ["zone-a"]}}),
+        manifest(
+            "ModelDeployment",
+            "kmodel",
+            ns,
+            {"model": {"name": served}, "pools": ["kpool"], "artifact": artifact.spec()},
+        ),
+        manifest(
+            "Tenant",
+            "team",
+            ns,
+            {
+                "apiKeySecretRef": {"name": "team-keys"},
+                "allowedModels": [f"auto-{ns}", f"lost-{ns}"],
+            },
+        ),
+        manifest(
+            "ModelRoute",
+            "auto",
+            ns,
+            {
+                "name": f"auto-{ns}",
+                "classifier": {"configMap": example["metadata"]["name"]},
+                "rules": [{**rule, "targets": [{"model": served}]}],
+                "defaultTargets": [{"model": served}],
+            },
+        ),
+        manifest(
+            "ModelRoute",
+            "lost",
+            ns,
+            {"name": f"lost-{ns}", "defaultTargets": [{"model": f"gone-{ns}"}]},
+        ),
+    )
+    ready = wait_for(
+        "the route Ready",
+        lambda: (c := _route_ready(cluster, ns, "auto")).get("status") == "True" and c,
+        timeout=60,
+    )
+    assert ready["reason"] == "TargetsFound" and served in ready["message"]
+    lost = wait_for(
+        "the lost route reported",
+        lambda: (c := _route_ready(cluster, ns, "lost")).get("reason") == "TargetNotFound" and c,
+        timeout=60,
+    )
+    assert lost["status"] == "False" and f"gone-{ns}" in lost["message"]
+    row = cluster.kubectl("get", "tfroute", "auto", "-n", ns, "--no-headers").stdout
+    assert f"auto-{ns}" in row and "True" in row  # the printer columns
+
+    client = openai.OpenAI(
+        base_url=gateway.url + "/v1", api_key=create_key(cluster, ns, "team"), max_retries=0
+    )
+    wait_for("the key to be known", lambda: _works(client), timeout=30)
+    wait_for("the model's worker", lambda: endpoints_metric(gateway, served) == 1, timeout=90)
+
+    def ask(prompt: str) -> Any:
+        return client.chat.completions.with_raw_response.create(
+            model=f"auto-{ns}", messages=[{"role": "user", "content": prompt}], max_tokens=2
+        )
+
+    hard = "Find all integer solutions of x^2 - y^2 = 52 and explain the method."
+    raw = wait_for("the route served", lambda: _served(ask, hard), timeout=60)
+    assert raw.headers["X-TokenFleet-Route"] == f"auto-{ns}/hard-prompts"  # the ConfigMap's weights
+    assert raw.headers["X-TokenFleet-Model"] == served and raw.parse().model == served
+    easy = ask("What is the capital of Japan?")
+    assert easy.headers["X-TokenFleet-Route"] == f"auto-{ns}/default"
+    with pytest.raises(openai.InternalServerError, match="which no ModelDeployment"):
+        client.chat.completions.create(
+            model=f"lost-{ns}", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from tokenfleet.api.adapter import ModelAdapterStatus
 from tokenfleet.api.deployment import ModelDeploymentStatus
 from tokenfleet.api.pool import InferencePoolStatus
+from tokenfleet.api.route import ModelRouteStatus
 from tokenfleet.api.tenant import TenantStatus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,6 +27,7 @@ SCRIPTS = {
     "ModelDeployment": "modeldeployment.lua",
     "Tenant": "tenant.lua",
     "ModelAdapter": "modeladapter.lua",
+    "ModelRoute": "modelroute.lua",
 }
 
 STATUSES: dict[str, type[BaseModel]] = {
@@ -33,6 +35,7 @@ STATUSES: dict[str, type[BaseModel]] = {
     "ModelDeployment": ModelDeploymentStatus,
     "Tenant": TenantStatus,
     "ModelAdapter": ModelAdapterStatus,
+    "ModelRoute": ModelRouteStatus,
 }
 
 CASES = [
@@ -61,6 +64,9 @@ CASES = [
     ("modeladapter-ready", "Healthy", "loaded on 2 replica(s)"),
     ("modeladapter-tampered", "Degraded", "DigestMismatch: the adapter is refused"),
     ("modeladapter-verifying", "Progressing", "Verifying: the adapter's signature"),
+    ("modelroute-ready", "Healthy", "routes to chat-large, chat-small"),
+    ("modelroute-target-missing", "Degraded", "TargetNotFound: no ModelDeployment"),
+    ("modelroute-stale-generation", "Progressing", "waiting for the operator"),
 ]
 
 

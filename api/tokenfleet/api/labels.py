@@ -22,6 +22,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 #: On a Secret, value "true": it holds API key hashes. Gateways watch only such Secrets, and the
 #: operator counts a tenant's keys from their metadata (the data entries' names).
 API_KEY_SECRET = f"{PREFIX}/api-keys"
+#: On a ConfigMap holding a ModelRoute classifier's weights ("true"): the gateways watch only
+#: ConfigMaps with it, so they never hold the cluster's other ConfigMaps in memory.
+ROUTE_CLASSIFIER = f"{PREFIX}/route-classifier"
 
 #: On a Tenant: how many API keys its Secret holds (written by `tokenfleet tenant create-key`,
 #: so the operator can report it without permission to read Secrets).

@@ -25,6 +25,9 @@ RETRY_BUDGET_EXHAUSTED = "tokenfleet_gateway_retry_budget_exhausted_total"  # mo
 EJECTIONS = "tokenfleet_gateway_endpoint_ejections_total"  # pool, event (ejected, readmitted)
 EJECTED_ENDPOINTS = "tokenfleet_gateway_ejected_endpoints"  # (gauge)
 FALLBACKS = "tokenfleet_gateway_fallbacks_total"  # model, fallback, reason
+# ModelRoutes (docs/routes.md): ``route`` is the public name, ``target`` the served model chosen.
+ROUTE_DECISIONS = "tokenfleet_gateway_route_decisions_total"  # namespace, route, rule, target
+ROUTE_CLASSIFIER_READY = "tokenfleet_gateway_route_classifier_ready"  # namespace, route (gauge)
 RESPONSE_CACHE_HITS = "tokenfleet_gateway_response_cache_hits_total"  # model
 RESPONSE_CACHE_MISSES = "tokenfleet_gateway_response_cache_misses_total"  # model
 RESPONSE_CACHE_STORES = "tokenfleet_gateway_response_cache_stores_total"  # model

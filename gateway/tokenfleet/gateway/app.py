@@ -59,6 +59,7 @@ async def list_models(request: web.Request) -> web.Response:
     visible = state.catalog.visible(tenant.namespace)
     names = sorted(n for n, m in visible.items() if tenant.may_use(n, m))
     names += state.catalog.adapters_for(tenant)  # LoRA adapters: those that name the tenant
+    names += state.catalog.routes_for(tenant)  # ModelRoutes' public names it is allowed
     data = [_model_entry(n) for n in names]
     return web.json_response({"object": "list", "data": data})
 
@@ -75,7 +76,7 @@ async def get_model(request: web.Request) -> web.Response:
         return reject(tenant)
     name = request.match_info["model"]
     model = state.catalog.visible(tenant.namespace).get(name)
-    adapter = name in state.catalog.adapters_for(tenant)
+    adapter = name in (*state.catalog.adapters_for(tenant), *state.catalog.routes_for(tenant))
     if not adapter and (model is None or not tenant.may_use(name, model)):
         return reject(
             Rejected(

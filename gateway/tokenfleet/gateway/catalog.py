@@ -15,12 +15,13 @@ from tokenfleet.api.adapter import ModelAdapterSpec
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus, ResponseCache
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.api.tenant import Budget, TenantSpec
-from tokenfleet.gateway import adapter_catalog
+from tokenfleet.gateway import adapter_catalog, route_catalog
 from tokenfleet.gateway.adapter_catalog import Adapter, Loader
 from tokenfleet.gateway.policy import adapter_access, quotas
 from tokenfleet.gateway.policy.admission import ClassPolicy
 from tokenfleet.gateway.policy.routing import Endpoint, PoolOption, Snapshot
 from tokenfleet.gateway.policy.routing import Policy as RoutingPolicy
+from tokenfleet.gateway.route_catalog import RouteEntry
 
 DEFAULT_CONCURRENCY = 256  # vLLM's default --max-num-seqs
 
@@ -111,6 +112,10 @@ class Catalog:
     """Endpoint URL → its worker's adapter-loader."""
     shadowed: frozenset[str] = frozenset()
     """Adapters (namespace/name) left out because a model serves their name."""
+    routes: Mapping[tuple[str, str], RouteEntry] = dataclasses.field(default_factory=dict)
+    """ModelRoutes by (namespace, public name); none whose name a model or adapter serves."""
+    shadowed_routes: frozenset[str] = frozenset()
+    """ModelRoutes (namespace/name) left out because a model or an adapter has their name."""
 
     def with_endpoints(self, endpoints: Snapshot) -> Catalog:
         return dataclasses.replace(self, endpoints=endpoints)
@@ -122,6 +127,19 @@ class Catalog:
         if own is not None or not self.adapters:
             return own
         return next((a for (_, n), a in sorted(self.adapters.items()) if n == name), None)
+
+    def route(self, name: str, namespace: str = "") -> RouteEntry | None:
+        """The route ``name`` means to a caller in ``namespace``: its own namespace's (none
+        is kept whose namespace serves that name: :func:`with_routes`), else — when no model
+        or adapter has the name — the first by namespace/name."""
+        if not self.routes:
+            return None
+        own = self.routes.get((namespace, name))
+        if own is not None:
+            return own
+        if self.model(name, namespace) is not None or self.adapter(name, namespace) is not None:
+            return None
+        return next((r for (_, n), r in sorted(self.routes.items()) if n == name), None)
 
     def model(self, name: str, namespace: str = "") -> Model | None:
         """What ``name`` means to a caller in ``namespace``: its own namespace's model first,
@@ -138,6 +156,13 @@ class Catalog:
             if ns == tenant.namespace
             and tenant.name in a.tenants
             and a.offer is adapter_access.Offer.OFFERED
+        )
+
+    def routes_for(self, tenant: Tenant) -> list[str]:
+        """The public names of the routes the tenant may use, as its namespace resolves them."""
+        names = {n for _, n in self.routes}
+        return sorted(
+            n for n in names if self.route(n, tenant.namespace) is not None and tenant.may_use(n)
         )
 
     def visible(self, namespace: str = "") -> dict[str, Model]:
@@ -275,6 +300,8 @@ def from_objects(
     secrets: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     adapters: Iterable[Mapping[str, Any]] = (),
+    routes: Iterable[Mapping[str, Any]] = (),
+    configmaps: Iterable[Mapping[str, Any]] = (),
 ) -> Catalog:
     """The catalog from watched objects; an object that does not parse is left out, not fatal."""
 
@@ -325,11 +352,13 @@ def from_objects(
         pools=pool_map,
         tenants_by_key_hash=by_hash,
     )
-    return with_adapters(
+    served = with_adapters(
         catalog.with_endpoints(endpoints_of(pods, catalog.model)),
         adapters=list(adapters_of(adapters, deployments)),
         loaders=adapter_catalog.loaders_of(pods),
     )
+    entries = route_catalog.routes_of(routes, config_maps=route_catalog.config_maps_of(configmaps))
+    return with_routes(served, routes=entries.values())
 
 
 def adapters_of(
@@ -374,3 +403,19 @@ def with_adapters(
             catalog.endpoints, adapters=kept.values(), loaders=loaders
         ),
     )
+
+
+def with_routes(catalog: Catalog, *, routes: Iterable[RouteEntry]) -> Catalog:
+    """The catalog serving ``routes``, except those whose public name a model or an adapter
+    has in their own namespace (the served model wins; the operator reports NameConflict). A
+    model of that name in another namespace does not shadow the route for its namespace."""
+    kept: dict[tuple[str, str], RouteEntry] = {}
+    shadowed = set()
+    for r in sorted(routes, key=lambda r: r.key):
+        where = (r.namespace, r.name)
+        static_model = not r.namespace and r.name in catalog.models  # static mode: no namespaces
+        if where in catalog.claimed or where in catalog.adapters or static_model:
+            shadowed.add(r.key)
+            continue
+        kept.setdefault((r.namespace, r.name), r)
+    return dataclasses.replace(catalog, routes=kept, shadowed_routes=frozenset(shadowed))

@@ -3,8 +3,9 @@
 :meth:`Completion.answer` runs the request path of docs/architecture.md, one step each:
 
 1. **authenticate** — the API key → a Tenant;
-2. **validate** — the body, the model and the tenant's right to it, the pool by context bucket,
-   the prompt and ``max_tokens`` limits;
+2. **validate** — the body, the model and the tenant's right to it (a ModelRoute's public name
+   is first directed to the served model its rules choose: :mod:`.model_routing`), the pool by
+   context bucket, the prompt and ``max_tokens`` limits;
 3. **assign** — the traffic class and the deadline: the :class:`Admitted` request, built once;
 4. **admit** — the response cache first (:mod:`.response_cache`: a hit is replayed and takes no
    tokens), the tenant's token quota and budget (:mod:`.budget_gate`), then the pool's
@@ -35,15 +36,17 @@ from tokenfleet.gateway import (
     attempts,
     budget_gate,
     budget_store,
+    model_routing,
     proxy,
     queues,
     response_cache,
     settlement,
 )
 from tokenfleet.gateway.accesslog import ACCESS
+from tokenfleet.gateway.catalog import Tenant
 from tokenfleet.gateway.intake import authenticate, parse_body, reject
 from tokenfleet.gateway.placement import Admitted, Target, place, spare_for
-from tokenfleet.gateway.policy import admission, bodies, deadlines, fallback, usage
+from tokenfleet.gateway.policy import admission, bodies, deadlines, fallback, model_routes, usage
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.policy.salt import cache_salt
 from tokenfleet.gateway.quota_store import Reservation
@@ -194,8 +197,12 @@ class Completion:
         parsed = await parse_body(self.request, self.state.settings, self.kind)  # 2 validate
         if isinstance(parsed, Rejected):
             return parsed
+        directed = self.direct(tenant, parsed)  # a ModelRoute's name → the served model it picks
+        if isinstance(directed, Rejected):
+            return directed
+        parsed = directed.parsed if directed else parsed
         self.log["model"] = parsed.model
-        primary = place(catalog, tenant, parsed)
+        primary = place(catalog, tenant, parsed, granted=directed is not None)
         if isinstance(primary, Rejected):
             return primary
         self.log.update(pool=primary.pool.key, **{"class": primary.cls})
@@ -218,6 +225,32 @@ class Completion:
                 context=primary.model.context_tokens,
                 prompt_tokens=parsed.prompt_tokens,
             ),
+        )
+
+    def direct(
+        self, tenant: Tenant, parsed: bodies.Parsed
+    ) -> model_routing.Directed | Rejected | None:
+        """Step 2's route: the target's request, said in the response's headers and counted."""
+        directed = model_routing.direct(
+            self.state.catalog,
+            tenant,
+            parsed,
+            headers=self.request.headers,
+            draw=self.state.router.rng.random,
+        )
+        if directed is None or isinstance(directed, Rejected):
+            return directed
+        self.headers[model_routes.HEADER] = directed.header
+        self.log["model_route"] = directed.header
+        self.state.metrics.routing.route_decisions.labels(
+            directed.entry.namespace,
+            directed.entry.name,
+            directed.decision.reason,
+            directed.decision.model,
+        ).inc()
+        return (
+            model_routing.unserved(self.state.catalog, directed, namespace=tenant.namespace)
+            or directed
         )
 
     def record(self, admitted: Admitted, reserved: int) -> usage.Record:

@@ -21,8 +21,9 @@ from tokenfleet.api.adapter import ModelAdapterSpec
 from tokenfleet.api.base import Model as ApiModel
 from tokenfleet.api.deployment import AdapterPolicy, LoraLimits, ResponseCache
 from tokenfleet.api.pool import Admission, Cost, InferencePoolSpec, Routing
+from tokenfleet.api.route import ModelRouteSpec
 from tokenfleet.api.tenant import TenantSpec
-from tokenfleet.gateway import adapter_catalog, catalog
+from tokenfleet.gateway import adapter_catalog, catalog, route_catalog
 from tokenfleet.gateway.policy import adapter_access
 from tokenfleet.gateway.policy.admission import ClassPolicy
 from tokenfleet.gateway.policy.routing import Endpoint, Snapshot
@@ -142,6 +143,12 @@ class StaticAdapter(ModelAdapterSpec):
     reason: str = Field(default="", description="The verdict's reason (refused when set).")
 
 
+class StaticRoute(ModelRouteSpec):
+    """A ModelRoute's spec; its classifier names one of the file's ``configMaps``."""
+
+    resource: str = Field(default="", description="Its metadata.name (default: name).")
+
+
 class StaticPool(ApiModel):
     """Admission and routing settings of a pool."""
 
@@ -174,6 +181,14 @@ class StaticConfig(ApiModel):
     tenants: list[StaticTenant] = Field(min_length=1, description="Who may call.")
     adapters: list[StaticAdapter] = Field(
         default_factory=list, description="LoRA adapters on the models that set lora."
+    )
+    routes: list[StaticRoute] = Field(
+        default_factory=list, description="ModelRoutes: public names routed to the models."
+    )
+    config_maps: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description="ConfigMaps by name → their data, as a route's classifier names them "
+        "(e.g. the data of examples/09-model-routes/classifier-configmap.yaml).",
     )
 
     @classmethod
@@ -216,7 +231,7 @@ class StaticConfig(ApiModel):
             tenant = catalog.tenant_of(t.name, t)
             for h in t.api_key_hashes:
                 tenants[h] = tenant
-        return catalog.with_adapters(
+        served = catalog.with_adapters(
             catalog.Catalog(
                 models=models,
                 pools=pools,
@@ -232,6 +247,14 @@ class StaticConfig(ApiModel):
                 for url, loader in m.adapter_loaders.items()
             },
         )
+        config_maps = {("", name): data for name, data in self.config_maps.items()}
+        routes = [
+            route_catalog.entry_of(
+                namespace="", resource=r.resource or r.name, spec=r, config_maps=config_maps
+            )
+            for r in self.routes
+        ]
+        return catalog.with_routes(served, routes=routes)
 
     def _adapter(self, a: StaticAdapter) -> adapter_catalog.Adapter:
         base = next((m for m in self.models if m.name == a.base and m.lora), None)

@@ -1,7 +1,8 @@
 """Catalog sources: Kubernetes watches, or a static file.
 
-The Kubernetes source watches InferencePools, ModelDeployments, ModelAdapters, Tenants, key
-Secrets (only those labelled tokenfleet.io/api-keys=true) and worker Pods — Pods, not
+The Kubernetes source watches InferencePools, ModelDeployments, ModelAdapters, ModelRoutes,
+Tenants, key Secrets (only those labelled tokenfleet.io/api-keys=true), the route classifiers'
+ConfigMaps (only those labelled tokenfleet.io/route-classifier=true) and worker Pods — Pods, not
 EndpointSlices, because it wants their pool, revision and zone labels, their readiness and
 their adapter-loader port. After every change it rebuilds
 the catalog and swaps it whole. It is ready once every collection has been listed.
@@ -33,6 +34,9 @@ COLLECTIONS = {
     "pools": (f"/apis/{API_GROUP_VERSION}/inferencepools", ""),
     "models": (f"/apis/{API_GROUP_VERSION}/modeldeployments", ""),
     "adapters": (f"/apis/{API_GROUP_VERSION}/modeladapters", ""),
+    "routes": (f"/apis/{API_GROUP_VERSION}/modelroutes", ""),
+    # only the ConfigMaps labelled as route classifiers: not every ConfigMap of the cluster
+    "configmaps": ("/api/v1/configmaps", f"{labels.ROUTE_CLASSIFIER}=true"),
     "tenants": (f"/apis/{API_GROUP_VERSION}/tenants", ""),
     "secrets": ("/api/v1/secrets", f"{KEY_SECRET_LABEL}=true"),
     "pods": ("/api/v1/pods", f"{labels.ROLE}={labels.ROLE_WORKER}"),

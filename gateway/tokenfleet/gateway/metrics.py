@@ -149,6 +149,8 @@ class RoutingMetrics:
     ejections: Counter
     ejected_endpoints: Gauge
     fallbacks: Counter
+    route_decisions: Counter
+    route_classifier_ready: Gauge
 
     @classmethod
     def create(cls, r: CollectorRegistry) -> RoutingMetrics:
@@ -199,6 +201,21 @@ class RoutingMetrics:
                 names.FALLBACKS,
                 "Requests served by a fallback model, and why.",
                 ["model", "fallback", "reason"],
+                registry=r,
+            ),
+            route_decisions=Counter(
+                names.ROUTE_DECISIONS,
+                "Requests to a ModelRoute's public name by the rule (or default) that chose "
+                "their served model, the target.",
+                ["namespace", "route", "rule", "target"],
+                registry=r,
+            ),
+            route_classifier_ready=Gauge(
+                names.ROUTE_CLASSIFIER_READY,
+                "1 when a ModelRoute's classifier weights are loaded, 0 when its ConfigMap is "
+                "missing or invalid (its score rules then never match).",
+                ["namespace", "route"],
+                multiprocess_mode="livemin",
                 registry=r,
             ),
         )

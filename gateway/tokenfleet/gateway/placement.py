@@ -12,11 +12,14 @@ from tokenfleet.gateway.policy import adapter_access, admission, bodies, routing
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
 
-def resolve(catalog: Catalog, tenant: Tenant, name: str) -> Model | Rejected:
-    """The model ``name`` means to the tenant, if the tenant may use it; an adapter's name
-    means its base model served under the adapter's name (:func:`adapter_model`)."""
+def resolve(
+    catalog: Catalog, tenant: Tenant, name: str, *, granted: bool = False
+) -> Model | Rejected:
+    """The model ``name`` means to the tenant, if the tenant may use it (or a ModelRoute the
+    tenant may use chose it: ``granted``); an adapter's name means its base model served under
+    the adapter's name (:func:`adapter_model`), whose own tenants list still applies."""
     model = catalog.model(name, tenant.namespace)
-    if model is not None and tenant.may_use(name, model):
+    if model is not None and (granted or tenant.may_use(name, model)):
         return model
     adapter = catalog.adapter(name, tenant.namespace) if model is None else None
     if adapter is not None:
@@ -90,10 +93,13 @@ def target(
     )
 
 
-def place(catalog: Catalog, tenant: Tenant, parsed: bodies.Parsed) -> Target | Rejected:
-    """Step 2 past the body: the model the tenant may use, its pool for this prompt (pools
-    dedicated to the tenant's class first), and the pool's and the tenant's limits."""
-    model = resolve(catalog, tenant, parsed.model)
+def place(
+    catalog: Catalog, tenant: Tenant, parsed: bodies.Parsed, *, granted: bool = False
+) -> Target | Rejected:
+    """Step 2 past the body: the model the tenant may use (``granted``: a route chose it), its
+    pool for this prompt (pools dedicated to the tenant's class first), and the pool's and the
+    tenant's limits."""
+    model = resolve(catalog, tenant, parsed.model, granted=granted)
     if isinstance(model, Rejected):
         return model
     primary = target(

@@ -20,6 +20,7 @@ import json
 import sys
 from pathlib import Path
 
+from tokenfleet.api import labels
 from tokenfleet.gateway.policy import classifier
 from tokenfleet.gateway.policy import classifier_training as training
 
@@ -47,13 +48,15 @@ def read(path: Path) -> list[training.Example]:
 
 def configmap(name: str, weights: str) -> str:
     """A ConfigMap manifest holding the weights document (one line of JSON) as a literal
-    block, so that a reader sees the JSON as the gateway will."""
+    block, so that a reader sees the JSON as the gateway will; labelled for the gateways'
+    watch (they read only ConfigMaps with tokenfleet.io/route-classifier=true)."""
     if "\n" in weights:
         raise ValueError("the weights document must be one line")
     return (
         "# Written by `tokenfleet route train-classifier`: retrain rather than edit.\n"
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n"
-        f"  name: {json.dumps(name)}\ndata:\n  {KEY}: |\n    {weights}\n"
+        f'  name: {json.dumps(name)}\n  labels:\n    {labels.ROUTE_CLASSIFIER}: "true"\n'
+        f"data:\n  {KEY}: |\n    {weights}\n"
     )
 
 

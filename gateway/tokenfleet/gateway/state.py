@@ -43,6 +43,8 @@ class GatewayState:
     draining: bool = False
     capacities: dict[str, int] = dataclasses.field(default_factory=dict)  # pool → concurrency
     shadowed: frozenset[str] = frozenset()  # adapters whose name a model took (logged once)
+    route_problems: frozenset[str] = frozenset()  # route problems already logged (once each)
+    route_gauges: frozenset[tuple[str, str]] = frozenset()  # routes with a classifier gauge
 
     def capacity(self, pool: str) -> int:
         """Requests the pool's ready endpoints take at once (computed once per catalog)."""
@@ -59,11 +61,36 @@ class GatewayState:
         for key in sorted(catalog.shadowed - self.shadowed):
             log.warning("adapter %s is not served: a model has its served name", key)
         self.shadowed = catalog.shadowed
+        self.report_routes(catalog)
         for name, model in catalog.models.items():
             if name == model.name:
                 self.metrics.endpoints.labels(name).set(len(catalog.endpoints.serving(name)))
         for key, pool in catalog.pools.items():
             self.admitter.wake(pool=key, policies=pool.classes, capacity=self.capacities[key])
+
+    def report_routes(self, catalog: Catalog) -> None:
+        """Log each route problem once (a shadowed name, a classifier without weights) and set
+        the classifier gauge of every route that has one."""
+        problems = {
+            f"route {key}: not served, a model or an adapter has its name"
+            for key in catalog.shadowed_routes
+        }
+        gauge, labelled = self.metrics.routing.route_classifier_ready, set()
+        for entry in catalog.routes.values():
+            if entry.route.uses_classifier:
+                labelled.add((entry.namespace, entry.name))
+                gauge.labels(entry.namespace, entry.name).set(0 if entry.classifier is None else 1)
+            if entry.classifier_problem:
+                problems.add(
+                    f"route {entry.key}: no classifier score, its score rules do not match: "
+                    f"{entry.classifier_problem}"
+                )
+        for gone in self.route_gauges - labelled:  # a deleted route leaves no stale series
+            gauge.remove(*gone)
+        self.route_gauges = frozenset(labelled)
+        for problem in sorted(problems - self.route_problems):
+            log.warning("%s", problem)
+        self.route_problems = frozenset(problems)
 
 
 def capacity(catalog: Catalog, pool: str) -> int:

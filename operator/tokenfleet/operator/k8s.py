@@ -40,6 +40,7 @@ _PATHS = {  # (apiVersion, kind) → URL prefix and plural
     (API_GROUP_VERSION, "ModelDeployment"): (f"/apis/{API_GROUP_VERSION}", "modeldeployments"),
     (API_GROUP_VERSION, "Tenant"): (f"/apis/{API_GROUP_VERSION}", "tenants"),
     (API_GROUP_VERSION, "ModelAdapter"): (f"/apis/{API_GROUP_VERSION}", "modeladapters"),
+    (API_GROUP_VERSION, "ModelRoute"): (f"/apis/{API_GROUP_VERSION}", "modelroutes"),
 }
 
 
@@ -218,6 +219,16 @@ class Kube:
         """A ConfigMap's data (a golden set, say); raises ApiException 404 when missing."""
         found = self._call("GET", _path("v1", "ConfigMap", namespace, name))
         return {str(k): str(v) for k, v in (found.get("data") or {}).items()}
+
+    def config_map_found(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A ConfigMap's whole object (its labels and data); None when it does not exist."""
+        try:
+            found: dict[str, Any] = self._call("GET", _path("v1", "ConfigMap", namespace, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found
 
     def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         path = _path(API_GROUP_VERSION, kind, namespace, name) + "/status"

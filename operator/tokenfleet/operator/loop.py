@@ -24,6 +24,7 @@ from tokenfleet.api.adapter import ModelAdapterSpec, ModelAdapterStatus
 from tokenfleet.api.base import Condition, Model, rfc3339
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import AutoscalingStatus, InferencePoolSpec, InferencePoolStatus
+from tokenfleet.api.route import ModelRouteSpec, ModelRouteStatus
 from tokenfleet.operator import evidence, k8s, tenant_inputs
 from tokenfleet.operator.adapter_verifier import AdapterVerifier
 from tokenfleet.operator.config import OperatorConfig
@@ -38,6 +39,7 @@ from tokenfleet.operator.plan import (
     model_status,
     observed,
     pools,
+    route_status,
     tenant_status,
 )
 from tokenfleet.operator.plan.reporting import Event
@@ -58,6 +60,7 @@ class Indexes:
     sets: Index
     nodes: Index
     adapters: Index | None = None  # None: ModelAdapters are not watched (tests of the loop)
+    routes: Index | None = None  # None: ModelRoutes are not watched (tests of the loop)
 
 
 def _items(index: Index, key: Any) -> list[Any]:
@@ -141,6 +144,7 @@ class Reconciler:
             await self._guarded(body, self._report_model(body, owners, now))
         await self._report_tenants(now)
         await self._report_adapters(now)
+        await self._report_routes(now)
         live = {
             b["metadata"]["uid"]
             for i in (self.indexes.pools, self.indexes.models)
@@ -157,6 +161,7 @@ class Reconciler:
                     ("ModelDeployment", self.indexes.models),
                     ("Tenant", self.indexes.tenants),
                     *([("ModelAdapter", self.indexes.adapters)] if self.indexes.adapters else []),
+                    *([("ModelRoute", self.indexes.routes)] if self.indexes.routes else []),
                 )
                 for b in _bodies(index)
             )
@@ -243,6 +248,48 @@ class Reconciler:
             now=now,
         )
         await self._report(body, "ModelAdapter", status.to_wire(), events, now)
+
+    async def _report_routes(self, now: datetime.datetime) -> None:
+        """Each ModelRoute's Ready: its targets served in its namespace, its classifier's
+        ConfigMap found, labelled and parseable (plan.route_status)."""
+        routes = list(_bodies(self.indexes.routes)) if self.indexes.routes else []
+        by_ns: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+        for body in _bodies(self.indexes.models):
+            by_ns.setdefault(body["metadata"]["namespace"], ([], []))[0].append(body)
+        for body in _bodies(self.indexes.adapters) if self.indexes.adapters else ():
+            by_ns.setdefault(body["metadata"]["namespace"], ([], []))[1].append(body)
+        for body in routes:
+            models, adapters = by_ns.get(body["metadata"]["namespace"], ([], []))
+            served = route_status.served_in(models, adapters)
+            await self._guarded(body, self._report_route(body, served, now))
+
+    async def _report_route(
+        self, body: dict[str, Any], served: route_status.Served, now: datetime.datetime
+    ) -> None:
+        meta = body["metadata"]
+        try:
+            spec = ModelRouteSpec.model_validate(body.get("spec") or {})
+        except pydantic.ValidationError as exc:
+            await self._invalid(body, exc, now)
+            return
+        found = None
+        if spec.classifier is not None:
+            raw = await asyncio.to_thread(
+                self.kube.config_map_found, meta["namespace"], spec.classifier.config_map
+            )
+            found = route_status.Found(
+                data=(raw.get("data") or {}) if raw is not None else None,
+                labels=((raw or {}).get("metadata") or {}).get("labels") or {},
+            )
+        status, events = route_status.plan(
+            spec=spec,
+            generation=meta.get("generation"),
+            old=_status_of(ModelRouteStatus, body),
+            served=served,
+            found=found,
+            now=now,
+        )
+        await self._report(body, "ModelRoute", status.to_wire(), events, now)
 
     async def _guarded(self, body: dict[str, Any], work: Any) -> None:
         meta = body["metadata"]

@@ -182,6 +182,7 @@ def test_the_trainer_writes_weights_or_a_configmap(tmp_path: Path) -> None:
     )
     doc = yaml.safe_load(cm.read_text())
     assert doc["metadata"]["name"] == "x"
+    assert doc["metadata"]["labels"] == {"tokenfleet.io/route-classifier": "true"}  # the watch
     assert classifier.parse(doc["data"]["weights.json"]) == classifier.parse(out.read_text())
     assert route_training.main([str(tmp_path / "absent.jsonl"), "-o", str(out)]) == 2
 

@@ -31,15 +31,14 @@ from collections.abc import Mapping
 from itertools import repeat
 from typing import Any, Protocol
 
-#: The document's format name and version: a reader refuses any other.
-FORMAT = "tokenfleet.io/hashed-ngram-logistic"
-VERSION = 1
+from tokenfleet.api import classifier_weights
+
+FORMAT, VERSION = classifier_weights.FORMAT, classifier_weights.VERSION
 #: Characters scored: how a request asks shows in its first 2,048 characters (about 350 words);
 #: the cost is linear in what is read (about 75 µs per 1,000 characters on a loaded core,
 #: bench/classifier.py), so this bounds it per request, and a route's length rules see the rest.
 MAX_CHARS = 2048
-#: A bucket is a crc32.
-BUCKETS = 1 << 32
+BUCKETS = classifier_weights.BUCKETS
 #: σ saturates long before this; the clamp only keeps math.exp from overflowing.
 _LOGIT_LIMIT = 50.0
 #: Every ASCII byte that is not a letter or digit becomes a word separator; non-ASCII bytes
@@ -86,34 +85,11 @@ class HashedNgrams:
         return sigmoid(self.logit(buckets(text)))
 
 
-def _bad(message: str) -> ValueError:
-    return ValueError(f"classifier weights: {message}")
-
-
 def parse(text: str) -> HashedNgrams:
-    """The model in a weights document; ValueError says what is wrong with it."""
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise _bad(f"not JSON ({exc})") from exc
-    if not isinstance(doc, dict):
-        raise _bad("the document must be a JSON object")
-    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
-        raise _bad(f"format must be {FORMAT!r} version {VERSION} (retrain with this gateway)")
-    bias, weights = doc.get("bias"), doc.get("weights")
-    if not isinstance(bias, int | float) or isinstance(bias, bool):
-        raise _bad("bias must be a number")
-    if not isinstance(weights, dict):
-        raise _bad('weights must be an object of "bucket": weight')
-    try:
-        sparse = {int(k): float(v) for k, v in weights.items()}
-    except (TypeError, ValueError) as exc:
-        raise _bad("weights must map bucket numbers (as strings) to numbers") from exc
-    if any(not 0 <= k < BUCKETS for k in sparse):
-        raise _bad("a weight's bucket is not a crc32 (0 .. 2^32 - 1)")
-    if not all(math.isfinite(v) for v in (*sparse.values(), float(bias))):
-        raise _bad("weights and bias must be finite")
-    return HashedNgrams(bias=float(bias), weights=sparse)
+    """The model in a weights document (:mod:`tokenfleet.api.classifier_weights`); ValueError
+    says what is wrong with it."""
+    bias, weights = classifier_weights.parse(text)
+    return HashedNgrams(bias=bias, weights=weights)
 
 
 def document(model: HashedNgrams, *, about: Mapping[str, Any] | None = None) -> str:

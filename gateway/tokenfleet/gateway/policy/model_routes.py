@@ -266,3 +266,36 @@ def offers_tools(body: Mapping[str, Any]) -> bool:
     """Whether an OpenAI request body offers tools: a non-empty ``tools`` (or the older
     ``functions``) list."""
     return any(isinstance(body.get(k), list) and body[k] for k in ("tools", "functions"))
+
+
+def _text(content: Any) -> str:
+    """A message's text: a string, or the text parts of a content array joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+        )
+    return ""
+
+
+def latest_user_text(body: Mapping[str, Any]) -> str:
+    """What the classifier scores: the latest user turn of a chat (or Responses) request, else
+    the prompt of a completion (its first string); "" when there is none.
+
+    The latest turn, not the whole conversation: it is what is being asked now, and a long
+    history would otherwise make every follow-up look like the first question."""
+    turns = body.get("messages")
+    if not isinstance(turns, list):
+        turns = body.get("input")
+    if isinstance(turns, str):
+        return turns
+    if isinstance(turns, list):
+        for turn in reversed(turns):
+            if isinstance(turn, Mapping) and turn.get("role", "user") == "user":
+                return _text(turn.get("content"))
+        return ""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):
+        prompt = next((p for p in prompt if isinstance(p, str)), "")
+    return prompt if isinstance(prompt, str) else ""

@@ -37,6 +37,7 @@ class Reason(enum.StrEnum):
     ADAPTER_REFUSED = "adapter_refused"
     ADAPTER_LOAD_TIMEOUT = "adapter_load_timeout"
     ADAPTER_LOAD_FAILED = "adapter_load_failed"
+    ROUTE_TARGET_NOT_FOUND = "route_target_not_found"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,12 +78,15 @@ STATUS: dict[Reason, Mapping] = {
     Reason.ADAPTER_REFUSED: Mapping(503, "service_unavailable"),
     Reason.ADAPTER_LOAD_TIMEOUT: Mapping(503, "service_unavailable"),
     Reason.ADAPTER_LOAD_FAILED: Mapping(502, "upstream_error"),
+    # a ModelRoute chose a target nothing serves: the route's owner must fix it (policy of
+    # model_routing.direct); the client's request was fine, so not a 4xx
+    Reason.ROUTE_TARGET_NOT_FOUND: Mapping(503, "service_unavailable"),
 }
 
 
 #: 5xx refusals a client retry cannot help (the adapter's owner must act first): answered with
 #: ``x-should-retry: false``, which the OpenAI SDKs obey instead of retrying every 5xx.
-FINAL: frozenset[Reason] = frozenset({Reason.ADAPTER_REFUSED})
+FINAL: frozenset[Reason] = frozenset({Reason.ADAPTER_REFUSED, Reason.ROUTE_TARGET_NOT_FOUND})
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -43,6 +43,11 @@ def adapters_index(*, namespace: str | None, name: str, body: kopf.Body, **_: An
     return {(namespace, name): _plain(body)}
 
 
+@kopf.index(API_GROUP, API_VERSION, "modelroutes")
+def routes_index(*, namespace: str | None, name: str, body: kopf.Body, **_: Any) -> object:
+    return {(namespace, name): _plain(body)}
+
+
 @kopf.index("pods", labels=WORKERS)
 def pods_index(*, namespace: str | None, meta: kopf.Meta, body: kopf.Body, **_: Any) -> object:
     pool = _pool_of(meta)

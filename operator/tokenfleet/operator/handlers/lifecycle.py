@@ -33,6 +33,7 @@ async def start(*, settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
         sets=kwargs["sets_index"],
         nodes=kwargs["nodes_index"],
         adapters=kwargs["adapters_index"],
+        routes=kwargs["routes_index"],
     )
     config = OperatorConfig.from_env()
     signals = PrometheusSignals(config.prometheus_url) if config.prometheus_url else None

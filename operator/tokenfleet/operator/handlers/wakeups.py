@@ -39,6 +39,7 @@ def intent(body: Mapping[str, Any]) -> str:
 @kopf.on.event(API_GROUP, API_VERSION, "modeldeployments")
 @kopf.on.event(API_GROUP, API_VERSION, "tenants")
 @kopf.on.event(API_GROUP, API_VERSION, "modeladapters")
+@kopf.on.event(API_GROUP, API_VERSION, "modelroutes")
 def on_tokenfleet_object(
     *, memo: Any, uid: str, body: kopf.Body, type: str | None, **_: Any
 ) -> None:

@@ -1,0 +1,143 @@
+"""A ModelRoute's status (pure): whether every target is served and the classifier loads.
+
+Ready is decided in this order, the first failing check giving its reason::
+
+    spec.name is a served model's or an adapter's name ─▶ NameConflict (the gateway serves the
+                                                          model; the route is never used)
+    a target names nothing served in the namespace     ─▶ TargetNotFound
+    spec.classifier's ConfigMap or key is missing       ─▶ ClassifierNotFound
+        (or it lacks the label the gateways watch)
+    its weights do not parse                            ─▶ ClassifierInvalid
+    otherwise                                           ─▶ TargetsFound
+
+A classifier problem does not stop the gateway serving the route (its score rules do not
+match), but it is not the route its author wrote, so Ready is False until it is fixed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from tokenfleet.api import classifier_weights, labels
+from tokenfleet.api.route import ModelRouteSpec, ModelRouteStatus
+from tokenfleet.operator.plan.reporting import Event, changed_to, condition
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Found:
+    """The classifier's ConfigMap as read: None fields when it does not exist."""
+
+    data: Mapping[str, str] | None = None
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Served:
+    """What the route's namespace serves: model names and aliases, adapters' served names."""
+
+    models: frozenset[str] = frozenset()
+    adapters: frozenset[str] = frozenset()
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self.models | self.adapters
+
+
+def served_in(
+    deployments: Iterable[Mapping[str, Any]], adapters: Iterable[Mapping[str, Any]]
+) -> Served:
+    """The names one namespace's ModelDeployments and ModelAdapters serve, read leniently."""
+    models: set[str] = set()
+    for body in deployments:
+        model = (body.get("spec") or {}).get("model") or {}
+        models.update([model.get("name", ""), *(model.get("aliases") or [])])
+    served = {str((body.get("spec") or {}).get("servedName", "")) for body in adapters}
+    return Served(models=frozenset(models - {""}), adapters=frozenset(served - {""}))
+
+
+def _classifier(spec: ModelRouteSpec, found: Found | None) -> tuple[str, str] | None:
+    """(reason, message) when the classifier's weights do not load; None when they do."""
+    ref = spec.classifier
+    if ref is None:
+        return None
+    if found is None or found.data is None:
+        return "ClassifierNotFound", f"ConfigMap {ref.config_map!r} does not exist"
+    if found.labels.get(labels.ROUTE_CLASSIFIER) != "true":
+        return (
+            "ClassifierNotFound",
+            f"ConfigMap {ref.config_map!r} lacks the label {labels.ROUTE_CLASSIFIER}=true, so "
+            "the gateways do not read it (tokenfleet route train-classifier writes it)",
+        )
+    text = found.data.get(ref.key)
+    if text is None:
+        return "ClassifierNotFound", f"ConfigMap {ref.config_map!r} has no key {ref.key!r}"
+    try:
+        classifier_weights.parse(text)
+    except ValueError as exc:
+        return "ClassifierInvalid", f"ConfigMap {ref.config_map!r} key {ref.key!r}: {exc}"
+    return None
+
+
+def readiness(spec: ModelRouteSpec, served: Served, found: Found | None) -> tuple[bool, str, str]:
+    """(ready, reason, message) of the Ready condition."""
+    if spec.name in served.names:
+        kind = "a served model's" if spec.name in served.models else "a ModelAdapter's"
+        return (
+            False,
+            "NameConflict",
+            f"spec.name {spec.name!r} is {kind} name: the gateway serves that instead; rename "
+            "the route",
+        )
+    targets = {t.model for t in spec.default_targets} | {
+        t.model for r in spec.rules for t in r.targets
+    }
+    missing = sorted(targets - served.names)
+    if missing:
+        return (
+            False,
+            "TargetNotFound",
+            f"no ModelDeployment or ModelAdapter in this namespace serves {', '.join(missing)}: "
+            "requests routed there get 503 route_target_not_found",
+        )
+    problem = _classifier(spec, found)
+    if problem is not None:
+        reason, message = problem
+        return False, reason, f"{message}; rules with classifierAbove/Below never match"
+    return True, "TargetsFound", f"routes to {', '.join(sorted(targets))}"
+
+
+def plan(
+    *,
+    spec: ModelRouteSpec,
+    generation: int | None,
+    old: ModelRouteStatus | None,
+    served: Served,
+    found: Found | None,
+    now: datetime.datetime,
+) -> tuple[ModelRouteStatus, list[Event]]:
+    """The status to write and the events to post (one when Ready changes, or its reason)."""
+    old_conditions: Sequence[Any] = old.conditions if old else ()
+    ready, reason, message = readiness(spec, served, found)
+    conditions = [
+        condition(
+            old_conditions,
+            type="Ready",
+            status=ready,
+            reason=reason,
+            message=message,
+            now=now,
+            generation=generation,
+        )
+    ]
+    status = ModelRouteStatus(observed_generation=generation, conditions=conditions)
+    events = []
+    broke = changed_to(old_conditions, conditions, "Ready", "False")
+    if broke is not None:
+        events.append(Event(type="Warning", reason=broke.reason, message=broke.message))
+    healed = changed_to(old_conditions, conditions, "Ready", "True")
+    if healed is not None:
+        events.append(Event(type="Normal", reason=healed.reason, message=healed.message))
+    return status, events
