@@ -361,31 +361,69 @@ def from_objects(
     return with_routes(served, routes=entries.values())
 
 
+#: uid → (what its entry was derived from, the entry): a rebuild re-derives only adapters whose
+#: object (resourceVersion) or base changed — thousands of adapters, most untouched per event.
+_ADAPTER_MEMO: dict[str, tuple[tuple[Any, ...], Adapter | None]] = {}
+
+
 def adapters_of(
     objects: Iterable[Mapping[str, Any]], deployments: Mapping[tuple[str, str], ModelDeploymentSpec]
 ) -> Iterable[Adapter]:
     """Watched ModelAdapters whose spec parses and whose base serves LoRA; others are left out
     (their name is then unknown: 404, like a model whose spec does not parse)."""
+    live = set()
+    prints: dict[tuple[str, str], str] = {}  # a base's fingerprint, once per rebuild
     for obj in objects:
         meta = obj["metadata"]
-        try:
-            spec = ModelAdapterSpec.model_validate(obj.get("spec", {}))
-        except ValueError:
-            continue
-        base = deployments.get((meta["namespace"], spec.base))
-        if base is None or base.engine.lora is None:
-            continue
-        verdict = adapter_catalog.verdict_of(obj, spec)
-        yield adapter_catalog.adapter_of(
-            namespace=meta["namespace"],
-            resource=meta["name"],
-            spec=spec,
-            base_model=base.model.name,
-            lora=base.engine.lora,
-            policy=base.adapters,
-            offer=adapter_access.offer(verdict),
-            reason=verdict.reason,
+        uid, version = meta.get("uid"), meta.get("resourceVersion")
+        where = (meta["namespace"], (obj.get("spec") or {}).get("base", ""))
+        base = deployments.get(where)
+        if base is not None and where not in prints:
+            knobs = (base.engine.lora, base.adapters)
+            prints[where] = base.model.name + "".join(
+                k.model_dump_json() if k else "" for k in knobs
+            )
+        status = obj.get("status") or {}
+        basis = (
+            version,
+            meta.get("generation"),
+            *(status.get(f) for f in ("observedGeneration", "verified", "digest", "reason")),
+            prints.get(where),
         )
+        memo = _ADAPTER_MEMO.get(uid) if uid and version else None
+        if memo is not None and memo[0] == basis:
+            entry = memo[1]
+        else:
+            entry = _adapter_entry(obj, base)
+            if uid and version:
+                _ADAPTER_MEMO[uid] = (basis, entry)
+        if uid:
+            live.add(uid)
+        if entry is not None:
+            yield entry
+    for gone in _ADAPTER_MEMO.keys() - live:
+        del _ADAPTER_MEMO[gone]
+
+
+def _adapter_entry(obj: Mapping[str, Any], base: ModelDeploymentSpec | None) -> Adapter | None:
+    meta = obj["metadata"]
+    try:
+        spec = ModelAdapterSpec.model_validate(obj.get("spec", {}))
+    except ValueError:
+        return None
+    if base is None or base.engine.lora is None:
+        return None
+    verdict = adapter_catalog.verdict_of(obj, spec)
+    return adapter_catalog.adapter_of(
+        namespace=meta["namespace"],
+        resource=meta["name"],
+        spec=spec,
+        base_model=base.model.name,
+        lora=base.engine.lora,
+        policy=base.adapters,
+        offer=adapter_access.offer(verdict),
+        reason=verdict.reason,
+    )
 
 
 def with_adapters(

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import datetime
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -124,6 +125,7 @@ class Reconciler:
         self.analysed: dict[str, float] = {}  # uid → unix seconds of last analysis
         self.gate = evidence.GateEvidence(kube=kube, signals=signals)
         self.adapter_verifier = AdapterVerifier(kube, self.wake.set)
+        self.adapter_written: dict[str, float] = {}  # uid → monotonic time of its last write
         self.passes = 0
 
     async def run(self) -> None:
@@ -184,7 +186,10 @@ class Reconciler:
         """Each ModelAdapter's status: the operator's verdict on its artifact, whether its base
         can serve it, and where the gateways report it loaded."""
         adapters = list(_bodies(self.indexes.adapters)) if self.indexes.adapters else []
-        self.adapter_verifier.forget({b["metadata"]["uid"] for b in adapters})
+        live = {b["metadata"]["uid"] for b in adapters}
+        self.adapter_verifier.forget(live)
+        for gone in self.adapter_written.keys() - live:
+            del self.adapter_written[gone]
         if not adapters:
             return
         reports = await asyncio.to_thread(self._adapter_reports) if self.signals else None
@@ -238,16 +243,24 @@ class Reconciler:
             reported = reports.get(
                 (meta["namespace"], spec.served_name), adapter_status.Placement()
             )
+        old = _status_of(ModelAdapterStatus, body)
         status, events = adapter_status.plan(
             spec=spec,
             generation=meta.get("generation"),
-            old=_status_of(ModelAdapterStatus, body),
+            old=old,
             base=base,
             verdict=verdict,
             placement=reported,
             now=now,
         )
-        await self._report(body, "ModelAdapter", status.to_wire(), events, now)
+        written = self.adapter_written.get(meta["uid"])
+        status = adapter_status.throttled(
+            status, old, since_write=None if written is None else time.monotonic() - written
+        )
+        wire = status.to_wire()
+        if wire != (body.get("status") or {}):
+            self.adapter_written[meta["uid"]] = time.monotonic()
+        await self._report(body, "ModelAdapter", wire, events, now)
 
     async def _report_routes(self, now: datetime.datetime) -> None:
         """Each ModelRoute's Ready: its targets served in its namespace, its classifier's

@@ -314,3 +314,31 @@ def test_the_documented_static_file_serves_its_adapter() -> None:
     assert len(cat.endpoints.group("search-rerank").endpoints) == 2
     search = tenant("search-team", ("llama-3.1-8b-instruct",))
     assert cat.adapters_for(search) == ["search-rerank"]
+
+
+def test_rebuilds_wait_twice_as_long_as_the_last_one_took() -> None:
+    from tokenfleet.gateway import discovery
+
+    assert discovery.rebuild_delay(0.0) == discovery.REBUILD_DELAY_SECONDS
+    assert discovery.rebuild_delay(0.1) == 0.2  # a third of the CPU at most goes to rebuilds
+
+
+def test_a_rebuild_derives_again_only_what_changed() -> None:
+    """Entries are kept by uid and resourceVersion (thousands of adapters, few changed per
+    event); a new version, a changed verdict or a changed base derives the entry again."""
+
+    def versioned(version: str, **kw: Any) -> dict[str, Any]:
+        found = adapter(**kw)
+        found["metadata"]["resourceVersion"] = version
+        return found
+
+    first = build([versioned("1")]).adapters[("team-a", "acme-support")]
+    again = build([versioned("1")]).adapters[("team-a", "acme-support")]
+    assert again is first  # the same entry, not derived again
+    refused = {**VERIFIED, "verified": False, "reason": "DigestMismatch"}
+    changed = build([versioned("2", status=refused)]).adapters[("team-a", "acme-support")]
+    assert changed.offer is Offer.REFUSED
+    wider = build([versioned("2", status=refused)], models=[deployment(lora={"maxLoras": 6})])
+    assert wider.adapters[("team-a", "acme-support")].slots == 6  # the base changed
+    assert build([], models=[deployment(lora={"maxLoras": 2})]).adapters == {}
+    assert "team-a-acme-support" not in catalog._ADAPTER_MEMO  # a deleted adapter is forgotten

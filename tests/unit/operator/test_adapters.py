@@ -218,3 +218,18 @@ def test_the_status_has_the_shape_the_crd_stores() -> None:
     kind = next(k for k in crd.KINDS if k.kind == "ModelAdapter")
     schema = crd.openapi_schema(kind)["properties"]["status"]["properties"]
     assert set(status.to_wire()) <= set(schema)
+
+
+def test_traffic_figures_are_written_at_most_every_refresh_but_verdicts_at_once() -> None:
+    first, _ = plan(placement=adapter_status.Placement(pods=("w-1",), requests=5))
+    busier, _ = plan(placement=adapter_status.Placement(pods=("w-1", "w-2"), requests=9), old=first)
+    held = adapter_status.throttled(busier, first, since_write=3.0)
+    assert held == first  # nothing to write: only the traffic moved
+    late = adapter_status.throttled(
+        busier, first, since_write=adapter_status.TRAFFIC_REFRESH_SECONDS
+    )
+    assert (late.requests_served, late.loaded_on) == (9, ["w-1", "w-2"])
+    refused, _ = plan(verdict=TAMPERED, old=first, placement=adapter_status.Placement(requests=9))
+    kept = adapter_status.throttled(refused, first, since_write=1.0)
+    assert kept.reason == "DigestMismatch" and kept.requests_served == 5
+    assert adapter_status.throttled(busier, first, since_write=None) == busier

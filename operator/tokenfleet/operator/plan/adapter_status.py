@@ -20,6 +20,11 @@ from tokenfleet.operator.plan.reporting import Event, changed_to, condition
 
 #: status.loadedOn lists at most this many pods (the count is exact).
 MAX_LISTED_PODS = 64
+#: Where an adapter is loaded and how much it served change with traffic: they are written at
+#: most this often per adapter, so thousands of busy adapters do not each patch their status
+#: (and wake every gateway's watch) on every reconcile pass. Verdicts and readiness go at once.
+TRAFFIC_REFRESH_SECONDS = 30.0
+_TRAFFIC_FIELDS = ("loaded_on", "loaded_replicas", "active_on", "requests_served")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,3 +179,13 @@ def plan(
     ):
         events.append(Event(type="Warning", reason=not_ready.reason, message=not_ready.message))
     return status, events
+
+
+def throttled(
+    new: ModelAdapterStatus, old: ModelAdapterStatus | None, *, since_write: float | None
+) -> ModelAdapterStatus:
+    """``new`` with ``old``'s traffic figures while the last write is younger than
+    TRAFFIC_REFRESH_SECONDS (``since_write`` None: never written by this operator)."""
+    if old is None or since_write is None or since_write >= TRAFFIC_REFRESH_SECONDS:
+        return new
+    return new.model_copy(update={f: getattr(old, f) for f in _TRAFFIC_FIELDS})
