@@ -33,8 +33,10 @@ from typing import Any
 
 import aiohttp
 import numpy as np
+import sim_accuracy
 import yaml
-from sim_accuracy import NAMESPACE, REPO, Stack, engine_args
+from sim_accuracy import MODEL as BASE
+from sim_accuracy import NAMESPACE, REPO, Stack
 
 from tokenfleet.api import labels
 from tokenfleet.devstack import platform
@@ -45,8 +47,6 @@ from tokenfleet.sim.engine import Simulation
 from tokenfleet.sim.scenario import Scenario
 
 SCENARIO = REPO / "bench" / "adapters" / "zipf-platform.yaml"
-EXAMPLE_02 = REPO / "examples" / "02-model-deployment"
-BASE = "lora-base"
 TRUST = "bench-adapter-key"
 PLACEMENTS = ("Affinity", "LeastLoad")
 SIM_NAMES = {"Affinity": "affinity", "LeastLoad": "blind"}
@@ -75,48 +75,22 @@ def signed_adapters(root: Path, count: int) -> tuple[Path, dict[str, tuple[Path,
 def manifests(
     scenario: Scenario, public: Path, adapters: dict[str, tuple[Path, str]], placement: str
 ) -> list[dict[str, Any]]:
-    trust = yaml.safe_load((EXAMPLE_02 / "trust-secret.yaml").read_text())
-    example = yaml.safe_load((EXAMPLE_02 / "modeldeployment.yaml").read_text())
-    artifact = {**example["spec"]["artifact"], "uri": (EXAMPLE_02 / "tiny-chat").as_uri()}
-    (pool,) = scenario.pools
-    perf = scenario.performance
+    """sim_accuracy's trust Secret, pool and model, the model with LoRA slots and adapters;
+    the adapters' trust Secret; one ModelAdapter per adapter, for the dev tenant."""
+    objects = sim_accuracy.manifests(scenario)
+    model = next(o for o in objects if o["kind"] == "ModelDeployment")
+    slots = scenario.performance.max_loras
+    model["spec"]["engine"]["lora"] = {"maxLoras": slots, "maxCpuLoras": slots, "maxLoraRank": 8}
+    model["spec"]["adapters"] = {"trust": {"publicKey": {"name": TRUST}}, "placement": placement}
     meta = {"namespace": NAMESPACE}
-    slots = perf.max_loras
-    objects: list[dict[str, Any]] = [
-        {**trust, "metadata": {**trust["metadata"], **meta}},
+    objects.append(
         {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {"name": TRUST, **meta},
             "stringData": {"public.pem": public.read_text()},
-        },
-        {
-            "apiVersion": "tokenfleet.io/v1alpha1",
-            "kind": "InferencePool",
-            "metadata": {"name": pool.name, **meta},
-            "spec": pool.spec.model_dump(by_alias=True, exclude_defaults=True, mode="json"),
-        },
-        {
-            "apiVersion": "tokenfleet.io/v1alpha1",
-            "kind": "ModelDeployment",
-            "metadata": {
-                "name": BASE,
-                **meta,
-                "annotations": {labels.SIM_ARGS: engine_args(perf)},
-            },
-            "spec": {
-                "model": {"name": BASE},
-                "pools": [pool.name],
-                "engine": {
-                    "maxNumSeqs": perf.max_num_seqs,
-                    "maxModelLen": 4096,
-                    "lora": {"maxLoras": slots, "maxCpuLoras": slots, "maxLoraRank": 8},
-                },
-                "adapters": {"trust": {"publicKey": {"name": TRUST}}, "placement": placement},
-                "artifact": artifact,
-            },
-        },
-    ]
+        }
+    )
     for name, (folder, digest) in adapters.items():
         objects.append(
             {

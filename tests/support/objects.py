@@ -417,4 +417,10 @@ INVALID = [
         },
         "keys must be HTTP header names",
     ),
+    _case(
+        "adapter-file-artifact-remote-signature",
+        "ModelAdapter",
+        {"artifact": {"signatureUri": "https://example.com/demo.sig"}},
+        "a file:// artifact needs a file:// signature",
+    ),
 ]

@@ -19,27 +19,13 @@ from tokenfleet.api.base import (
     conditions_field,
     observed_generation_field,
 )
-from tokenfleet.api.deployment import MODEL_NAME
+from tokenfleet.api.deployment import MODEL_NAME, SignedFiles
 
 TenantName = Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
 
 
-class AdapterArtifact(Model):
+class AdapterArtifact(SignedFiles):
     """The adapter's files and their signature. A change here is verified again."""
-
-    uri: str = Field(
-        pattern=r"^(file|https?|s3)://.+$",
-        description="Where the adapter directory lives: file://, http(s):// or s3://.",
-    )
-    digest: str = Field(
-        pattern=r"^sha256:[a-f0-9]{64}$",
-        description="sha256 over the signed manifest (sha256:<64 hex>); pins the exact files.",
-    )
-    signature_uri: str = Field(
-        default="",
-        pattern=r"^$|^(file|https?|s3)://.+$",
-        description="Where the model_signing bundle is; empty means model.sig beside the files.",
-    )
 
 
 class ModelAdapterSpec(Model):

@@ -79,8 +79,8 @@ class TrustPolicy(Model):
     )
 
 
-class Artifact(Model):
-    """The model files and their signature. A change here creates a new revision."""
+class SignedFiles(Model):
+    """Files and their model_signing signature, pinned by the signed manifest's digest."""
 
     model_config = ConfigDict(
         json_schema_extra=validations(
@@ -95,7 +95,7 @@ class Artifact(Model):
 
     uri: str = Field(
         pattern=r"^(file|https?|s3)://.+$",
-        description="Where the model directory lives: file://, http(s):// or s3://.",
+        description="Where the directory of files lives: file://, http(s):// or s3://.",
     )
     digest: str = Field(
         pattern=r"^sha256:[a-f0-9]{64}$",
@@ -106,6 +106,26 @@ class Artifact(Model):
         pattern=r"^$|^(file|https?|s3)://.+$",
         description="Where the model_signing bundle is; empty means model.sig beside the files.",
     )
+
+    @model_validator(mode="after")
+    def _mirror_cel(self) -> SignedFiles:
+        """The CEL rule above, so that parsing outside the API server refuses the same."""
+        signature = self.signature_uri
+        refuse_first(
+            [
+                (
+                    bool(signature)
+                    and self.uri.startswith("file://") != signature.startswith("file://"),
+                    "artifact.signatureUri: a file:// artifact needs a file:// signature",
+                )
+            ]
+        )
+        return self
+
+
+class Artifact(SignedFiles):
+    """The model files and their signature. A change here creates a new revision."""
+
     trust: TrustPolicy = Field(description="Who may sign the artifact.")
 
 
@@ -430,14 +450,6 @@ class ModelDeploymentSpec(Model):
                 "fallback.model must name another model",
             ),
         ]
-        signature = self.artifact.signature_uri
-        problems.append(
-            (
-                bool(signature)
-                and self.artifact.uri.startswith("file://") != signature.startswith("file://"),
-                "artifact.signatureUri: a file:// artifact needs a file:// signature",
-            )
-        )
         refuse_first(problems)
         return self
 
