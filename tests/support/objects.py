@@ -418,6 +418,42 @@ INVALID = [
         "keys must be HTTP header names",
     ),
     _case(
+        "route-remote-names-repeat",
+        "ModelRoute",
+        {
+            "remotes": [
+                {
+                    "name": "eu",
+                    "kind": "Gateway",
+                    "baseUrl": "https://eu.example.com/v1",
+                    "apiKeySecret": {"name": "eu-key"},
+                },
+                {
+                    "name": "eu",
+                    "kind": "Gateway",
+                    "baseUrl": "https://eu2.example.com/v1",
+                    "apiKeySecret": {"name": "eu-key"},
+                },
+            ]
+        },
+        "remote names must be unique",
+    ),
+    _case(
+        "route-openai-remote-without-model",
+        "ModelRoute",
+        {
+            "remotes": [
+                {
+                    "name": "provider",
+                    "kind": "OpenAI",
+                    "baseUrl": "https://api.example.com/v1",
+                    "apiKeySecret": {"name": "provider-key"},
+                }
+            ]
+        },
+        "an OpenAI remote needs model",
+    ),
+    _case(
         "adapter-file-artifact-remote-signature",
         "ModelAdapter",
         {"artifact": {"signatureUri": "https://example.com/demo.sig"}},

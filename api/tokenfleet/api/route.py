@@ -12,7 +12,7 @@ changes the model silently. Semantics (first match wins, weights, the cost ceili
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -208,6 +208,95 @@ class Rule(Model):
     )
 
 
+#: A remote's base URL, as OpenAI SDKs take it (``…/v1``): http(s), a host, an optional path.
+BASE_URL = r"^https?://[^\s/?#]+(/[^\s?#]*)?$"
+#: Why a request spills to the route's remotes (docs/routes.md, "Spill").
+SpillTrigger = Literal["Unavailable", "Overloaded"]
+
+
+class SecretKeyRef(Model):
+    """A key of a Secret mounted into the gateway (never read through the API: see
+    ``gateway.remoteKeySecrets`` in the chart and docs/routes.md)."""
+
+    name: str = Field(pattern=DNS_LABEL, max_length=253, description="The Secret's name.")
+    key: str = Field(
+        default="api-key",
+        pattern=r"^[-._a-zA-Z0-9]+$",
+        max_length=253,
+        description="Key within the Secret's data: the bearer token sent to the remote.",
+    )
+
+
+class SpendBudget(Model):
+    """What each tenant may spend on one remote per period, in spec.currency."""
+
+    amount: float = Field(gt=0, description="Per tenant and period, in spec.currency.")
+    period: Literal["Daily", "Monthly"] = Field(
+        default="Daily", description="Resets at 00:00 UTC (day or month)."
+    )
+
+
+class RemotePrice(Model):
+    """What the remote charges, in spec.currency: it prices the spend budget."""
+
+    input_per_million_tokens: float = Field(
+        default=0.0, ge=0, description="Per million prompt tokens."
+    )
+    output_per_million_tokens: float = Field(
+        default=0.0, ge=0, description="Per million completion tokens."
+    )
+
+
+class Remote(Model):
+    """Somewhere outside this cluster's pools that can answer the route's requests when the
+    local targets cannot: another TokenFleet gateway (another region or cluster) or any
+    OpenAI-compatible provider."""
+
+    name: str = Field(
+        pattern=DNS_LABEL,
+        max_length=63,
+        description="Names the remote in the X-TokenFleet-Target header, metrics and usage.",
+    )
+    kind: Literal["Gateway", "OpenAI"] = Field(
+        description="Gateway: another TokenFleet gateway (its X-TokenFleet-Model header names "
+        "what served); OpenAI: any OpenAI-compatible provider.",
+    )
+    base_url: str = Field(
+        pattern=BASE_URL,
+        max_length=2048,
+        description="Base URL as OpenAI SDKs take it, e.g. https://gw.eu-west.example.com/v1; "
+        "the request's path (/chat/completions, /completions) is appended.",
+    )
+    model: str | None = Field(
+        default=None,
+        pattern=MODEL_NAME,
+        max_length=128,
+        description="Model name sent to the remote. Default: the route's public name (a "
+        "Gateway remote serving the same route). Required for an OpenAI remote.",
+    )
+    api_key_secret: SecretKeyRef = Field(description="The bearer token the remote expects.")
+    timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Longest a spilled request may take there (the request's deadline, if "
+        "sooner, wins).",
+    )
+    max_concurrency: int = Field(
+        default=64,
+        ge=1,
+        le=10_000,
+        description="Requests this gateway process sends there at once; beyond it the remote is "
+        "skipped (the next one, or the local refusal, answers).",
+    )
+    price: RemotePrice = Field(default_factory=RemotePrice, description="Its price per token.")
+    budget: SpendBudget | None = Field(
+        default=None,
+        description="Per-tenant spend limit on this remote; once spent the remote is skipped "
+        "for that tenant. Unset: no limit (set one for a paid provider).",
+    )
+
+
 class ModelRouteSpec(Model):
     """Desired routing of one public model name."""
 
@@ -222,6 +311,15 @@ class ModelRouteSpec(Model):
                 "!has(r.match.classifierBelow))",
                 "rules: classifierAbove and classifierBelow need spec.classifier (the weights' "
                 "ConfigMap)",
+            ),
+            cel(
+                "self.remotes.all(r, self.remotes.exists_one(s, s.name == r.name))",
+                "remotes: remote names must be unique (they name the remote in headers, metrics "
+                "and usage)",
+            ),
+            cel(
+                "self.remotes.all(r, r.kind != 'OpenAI' || has(r.model))",
+                "remotes: an OpenAI remote needs model (the provider's name for the model to use)",
             ),
             cel(
                 "self.defaultTargets.all(t, t.model != self.name) && "
@@ -259,7 +357,23 @@ class ModelRouteSpec(Model):
     currency: str = Field(
         default="USD",
         pattern=r"^[A-Z]{3}$",
-        description="ISO 4217 code of the rules' cost ceilings (the pools' spec.cost.currency).",
+        description="ISO 4217 code of the rules' cost ceilings (the pools' spec.cost.currency) "
+        "and of the remotes' prices and budgets.",
+    )
+    remotes: list[Remote] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Where requests spill, in order, when the chosen local target cannot take "
+        "them (spillOn): each remote is tried once, within the tenant's budget there.",
+    )
+    spill_on: list[SpillTrigger] = Field(
+        default_factory=lambda: ["Unavailable", "Overloaded"],
+        max_length=2,
+        description="Unavailable: the target (and its fallback model) has no ready replica, "
+        "or every replica tried failed before answering (a lost zone or region); Overloaded: "
+        "the local queue shed or refused it (queue full, shed, deadline unmeetable, queue "
+        "timeout). Only with remotes.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
     )
 
     @model_validator(mode="after")
@@ -270,6 +384,7 @@ class ModelRouteSpec(Model):
             *(p for r in self.rules for p in _rule_problems(r, classifier=self.classifier)),
             (len(set(names)) != len(names), "rules: rule names must be unique"),
             *_targets_problems("defaultTargets", self.default_targets, self.name),
+            *_remotes_problems(self.remotes),
             *(
                 p
                 for r in self.rules
@@ -317,6 +432,17 @@ def _targets_problems(where: str, targets: list[Target], route: str) -> list[tup
         (len(set(models)) != len(models), f"{where}: {_UNIQUE_MODELS_MESSAGE}"),
         (all(t.weight == 0 for t in targets), f"{where}: {_SOME_WEIGHT_MESSAGE}"),
         (route in models, "targets must name served models, not the route's own name"),
+    ]
+
+
+def _remotes_problems(remotes: list[Remote]) -> list[tuple[bool, str]]:
+    names = [r.name for r in remotes]
+    return [
+        (len(set(names)) != len(names), "remotes: remote names must be unique"),
+        (
+            any(r.kind == "OpenAI" and r.model is None for r in remotes),
+            "remotes: an OpenAI remote needs model",
+        ),
     ]
 
 
