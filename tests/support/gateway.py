@@ -119,8 +119,9 @@ class Sim:
         raise AssertionError(f"{name} not in /metrics")
 
 
-def start_sim(tmp: Path, model: str, *args: str) -> Sim:
-    port = free_port()
+def start_sim(tmp: Path, model: str, *args: str, port: int | None = None) -> Sim:
+    """A simulator serving ``model`` (on ``port``, e.g. to bring one back where it was)."""
+    port = port or free_port()
     log = tmp / f"sim-{model}-{port}.log"
     process = spawn(
         [

@@ -28,6 +28,11 @@ FALLBACKS = "tokenfleet_gateway_fallbacks_total"  # model, fallback, reason
 # ModelRoutes (docs/routes.md): ``route`` is the public name, ``target`` the served model chosen.
 ROUTE_DECISIONS = "tokenfleet_gateway_route_decisions_total"  # namespace, route, rule, target
 ROUTE_CLASSIFIER_READY = "tokenfleet_gateway_route_classifier_ready"  # namespace, route (gauge)
+# Spill to a route's remotes (docs/routes.md, "Spill"): ``remote`` is spec.remotes[].name.
+SPILLS = "tokenfleet_gateway_spills_total"  # namespace, route, remote, trigger, outcome
+REMOTE_TOKENS = "tokenfleet_gateway_remote_tokens_total"  # namespace, route, remote, type
+REMOTE_SPEND = "tokenfleet_gateway_remote_spend_total"  # namespace, route, remote, currency
+REMOTE_IN_FLIGHT = "tokenfleet_gateway_remote_in_flight"  # namespace, route, remote (gauge)
 RESPONSE_CACHE_HITS = "tokenfleet_gateway_response_cache_hits_total"  # model
 RESPONSE_CACHE_MISSES = "tokenfleet_gateway_response_cache_misses_total"  # model
 RESPONSE_CACHE_STORES = "tokenfleet_gateway_response_cache_stores_total"  # model

@@ -27,6 +27,7 @@ from tokenfleet.gateway.metrics import Metrics
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
+from tokenfleet.gateway.remotes import Remotes
 from tokenfleet.gateway.response_store import ResponseStore
 from tokenfleet.gateway.state import STATE, GatewayState
 from tokenfleet.gateway.usage_ledger import UsageLedger
@@ -182,6 +183,7 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
         usage=UsageLedger(settings.redis_url, registry=registry.registry),
         budgets=BudgetStore(settings.redis_url),
         responses=ResponseStore(settings.redis_url),
+        remotes=Remotes(settings.remote_keys_dir),
     )
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)

@@ -10,7 +10,8 @@
 4. **admit** — the response cache first (:mod:`.response_cache`: a hit is replayed and takes no
    tokens), the tenant's token quota and budget (:mod:`.budget_gate`), then the pool's
    queue for the class (held through a cold start), on the model or its fallback
-   (:mod:`~tokenfleet.gateway.policy.fallback`);
+   (:mod:`~tokenfleet.gateway.policy.fallback`), and a ModelRoute's request the local side
+   cannot take spills to the route's remotes (:mod:`.spill`);
 5. **route** and 6. **proxy** — revision, endpoint and retries (:mod:`.attempts`), relayed;
 7. **observe** — metrics, and 8. **settle** — the one place a request's final usage
    (:class:`~tokenfleet.gateway.policy.usage.Record`) is charged: the quota, the token
@@ -41,15 +42,18 @@ from tokenfleet.gateway import (
     queues,
     response_cache,
     settlement,
+    spill,
 )
 from tokenfleet.gateway.accesslog import ACCESS
 from tokenfleet.gateway.catalog import Tenant
 from tokenfleet.gateway.intake import authenticate, parse_body, reject
 from tokenfleet.gateway.placement import Admitted, Target, place, spare_for
 from tokenfleet.gateway.policy import admission, bodies, deadlines, fallback, model_routes, usage
+from tokenfleet.gateway.policy import spill as spill_rules
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.policy.salt import cache_salt
 from tokenfleet.gateway.quota_store import Reservation
+from tokenfleet.gateway.route_catalog import RouteEntry
 from tokenfleet.gateway.state import STATE, GatewayState
 
 FALLBACK_HEADER = "X-TokenFleet-Fallback-From"
@@ -61,6 +65,7 @@ class Answered:
 
     target: Target
     outcome: proxy.Outcome | Rejected
+    remote: str = ""  # spilled: the remote that answered (remote/<name>), a metric's model
 
 
 _ID_PREFIX = os.urandom(6).hex()
@@ -91,6 +96,8 @@ class Completion:
         self.headers = {"X-Request-Id": self.request_id}  # on the response, whoever answers
         self.degraded = False  # admission lowered max_tokens under load
         self.capture_bytes = 0  # a streamed miss keeps its events for the response cache
+        self.route: RouteEntry | None = None  # the ModelRoute that directed it, if one did
+        self.spilled: spill.Spilled | None = None  # a remote answered it
 
     async def run(self) -> web.StreamResponse:
         """The answer, or the refusal rendered; a client that left is counted and logged."""
@@ -169,11 +176,13 @@ class Completion:
                 return budgeted
             admitted, hold = budgeted
             answered = await self.run_on(admitted)  # ...the pool's queue, 5 route, 6 proxy
+            if not isinstance(answered, Answered) or isinstance(answered.outcome, Rejected):
+                answered = await self.spill(admitted, answered)  # ...or the route's remotes
             if isinstance(answered, Rejected):
                 self.ending = ("rejected", answered.reason.value)
                 return answered
             response = self.observe(admitted, answered)  # 7 observe
-            if not isinstance(answered.outcome, Rejected):
+            if not isinstance(answered.outcome, Rejected) and not answered.remote:
                 await response_cache.keep(
                     self.state,
                     cached,
@@ -201,6 +210,7 @@ class Completion:
         if isinstance(directed, Rejected):
             return directed
         parsed = directed.parsed if directed else parsed
+        self.route = directed.entry if directed else None
         self.log["model"] = parsed.model
         primary = place(catalog, tenant, parsed, granted=directed is not None)
         if isinstance(primary, Rejected):
@@ -257,12 +267,13 @@ class Completion:
         """The request's final usage; a request still running when this is read (the client
         left) was cancelled."""
         outcome, reason = self.ending or ("cancelled", "client_disconnected")
+        where = self.served or admitted.primary
         return settlement.record(
             self.meter,
             request_id=self.request_id,
             tenant=admitted.tenant.key,
-            model=self.served.model.name if self.served else admitted.primary.model.name,
-            pool=self.served.pool.key if self.served else admitted.primary.pool.key,
+            model=self.spilled.outcome.served_by if self.spilled else where.model.name,
+            pool=self.spilled.pool if self.spilled else where.pool.key,
             ending=(outcome, reason),
             prompt_estimate=admitted.parsed.prompt_tokens,
             reserved=reserved,
@@ -272,7 +283,12 @@ class Completion:
         self, record: usage.Record, reservation: Reservation, hold: budget_store.Held | None
     ) -> None:
         """Step 8, in :func:`tokenfleet.gateway.settlement.settle`; the log records it."""
-        await settlement.settle(self.state, record, reservation, hold)
+        spilled = self.spilled
+        await settlement.settle(
+            self.state, record, reservation, hold, rate=spilled.rate if spilled else None
+        )
+        if spilled is not None:
+            await spill.settle(self.state, spilled, record)
         self.log.update(
             prompt_tokens=record.prompt,
             completion_tokens=record.completion,
@@ -297,6 +313,48 @@ class Completion:
         self.headers[FALLBACK_HEADER] = primary.model.name
         return await self.queued(admitted, spare)
 
+    async def spill(self, admitted: Admitted, answered: Answered | Rejected) -> Answered | Rejected:
+        """A request the local side refused (before it started, or every endpoint failed
+        before answering), at the first of its route's remotes that answers (:mod:`.spill`);
+        ``answered`` as it was when its route has no remote for this refusal."""
+        local = answered if isinstance(answered, Rejected) else answered.outcome
+        assert isinstance(local, Rejected)
+        entry = self.route
+        trigger = (
+            spill_rules.trigger(local.reason, spill_on=entry.spill_on)
+            if entry is not None and entry.remotes
+            else None
+        )
+        if entry is None or trigger is None:
+            return answered
+        salt = self.salt(admitted)
+        ask = spill.Request(
+            entry=entry,
+            tenant=admitted.tenant,
+            parsed=admitted.parsed,
+            engine_body=bodies.upstream(
+                admitted.parsed, model=entry.name, salt=salt, max_tokens=admitted.max_tokens
+            ),
+            salt=salt,
+            due=admitted.due,
+            local=local,
+            trigger=trigger,
+            sent_locally=self.meter.sent,
+        )
+        spilled = await spill.spill(
+            self.state,
+            ask,
+            request=self.request,
+            headers=self.headers,
+            meter=self.meter,
+            log=self.log,
+        )
+        if isinstance(spilled, Rejected):
+            return spilled
+        self.spilled = spilled
+        self.log["pool"] = spilled.pool
+        return Answered(target=admitted.primary, outcome=spilled.outcome, remote=spilled.label)
+
     def ready(self, to: Target | None) -> bool:
         """Whether ``to`` has a ready replica in the current catalog."""
         if to is None:
@@ -310,7 +368,9 @@ class Completion:
         queue = state.admitter.queue(key)
         self.log.update(pool=key, **{"class": cls})
         if not self.ready(to):
-            cold = await self.held(to, admitted.due)
+            # a route that spills when unavailable sends it to a warm remote, not a cold start
+            spills = self.route is not None and self.route.spills_on("Unavailable")
+            cold = await self.held(to, admitted.due, window=0.0 if spills else None)
             if cold is not None:
                 return cold
         capacity = state.capacity(key)
@@ -357,10 +417,12 @@ class Completion:
             )
             self.observe_queue(to)
 
-    async def held(self, to: Target, due: float) -> Rejected | None:
-        """No ready replica: wait for one (a cold start) within the window and the deadline."""
+    async def held(self, to: Target, due: float, *, window: float | None = None) -> Rejected | None:
+        """No ready replica: wait for one (a cold start) within the window (the settings'
+        cold start by default) and the deadline."""
         state = self.state
-        until = min(due, time.monotonic() + state.settings.cold_start_seconds)
+        wait = state.settings.cold_start_seconds if window is None else window
+        until = min(due, time.monotonic() + wait)
         while not self.ready(to):
             left = until - time.monotonic()
             if left <= 0:
@@ -377,11 +439,10 @@ class Completion:
         self, admitted: Admitted, to: Target, max_tokens: int
     ) -> proxy.Outcome | Rejected:
         """Steps 5 and 6: the engine's body, then revision, endpoint and retries."""
-        tenant, parsed = admitted.tenant, admitted.parsed
-        salt = cache_salt(
-            secret=self.state.settings.salt_secret, tenant=tenant.key, group=tenant.cache_group
+        parsed = admitted.parsed
+        body = bodies.upstream(
+            parsed, model=to.model.name, salt=self.salt(admitted), max_tokens=max_tokens
         )
-        body = bodies.upstream(parsed, model=to.model.name, salt=salt, max_tokens=max_tokens)
         return await attempts.serve(
             attempts.Work(
                 parsed=parsed,
@@ -398,6 +459,16 @@ class Completion:
             meter=self.meter,
         )
 
+    def salt(self, admitted: Admitted) -> str:
+        """The tenant's cache salt (a salt the client sent only splits it further)."""
+        tenant, asked = admitted.tenant, admitted.parsed.body.get("cache_salt")
+        return cache_salt(
+            secret=self.state.settings.salt_secret,
+            tenant=tenant.key,
+            group=tenant.cache_group,
+            caller=asked if isinstance(asked, str) else "",
+        )
+
     def tried(self, trail: attempts.Trail) -> None:
         """An attempt is on its way: the log and the response say where."""
         self.log.update(endpoint=trail.endpoint, route_reason=trail.why, attempts=trail.attempt)
@@ -406,7 +477,8 @@ class Completion:
 
     def observe(self, admitted: Admitted, answered: Answered) -> web.StreamResponse | Rejected:
         """Step 7: how it ended, latency metrics and the log (tokens are settled after)."""
-        outcome, model, cls = answered.outcome, answered.target.model.name, answered.target.cls
+        outcome, cls = answered.outcome, answered.target.cls
+        model = answered.remote or answered.target.model.name
         if isinstance(outcome, Rejected):
             self.ending = ("rejected", outcome.reason.value)
             return outcome  # nothing was served: nothing used
@@ -440,10 +512,11 @@ class Completion:
         namespace (of the pool) and the revision that served it, so a canary's error rate can
         be read apart."""
         pool = str(self.log.get("pool", ""))
-        served = self.served
+        served, spilled = self.served, self.spilled
+        model = served.model.name if served else str(self.log.get("model", ""))
         self.state.metrics.requests.labels(
             tenant=str(self.log.get("tenant", "")),
-            model=served.model.name if served else str(self.log.get("model", "")),
+            model=spilled.outcome.served_by if spilled else model,
             **{"class": served.cls if served else str(self.log.get("class", ""))},
             outcome=outcome,
             reason=reason,

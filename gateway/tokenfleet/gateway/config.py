@@ -78,6 +78,10 @@ class Settings:
     fair_queuing: bool = True
     """Share each class's slots among its tenants by token work (TOKENFLEET_FAIR_QUEUING=0:
     first come first served, to compare)."""
+    remote_keys_dir: Path = Path("/var/run/tokenfleet/remote-keys")
+    """Where ModelRoute remotes' keys are mounted: ``<dir>/<secret>/<key>`` (the chart's
+    gateway.remoteKeySecrets; TOKENFLEET_REMOTE_KEYS_DIR). The gateway never reads Secrets
+    through the API, so a route can only use a key the platform team mounted."""
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -97,6 +101,9 @@ class Settings:
             zone=os.environ.get("TOKENFLEET_ZONE", ""),
             fair_queuing=os.environ.get("TOKENFLEET_FAIR_QUEUING", "1").strip().lower()
             not in ("0", "false", "no", "off"),
+            remote_keys_dir=Path(
+                os.environ.get("TOKENFLEET_REMOTE_KEYS_DIR") or "/var/run/tokenfleet/remote-keys"
+            ),
         )
         return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
 

@@ -35,6 +35,7 @@ class Metrics:
     routing: RoutingMetrics
     response_cache: ResponseCacheMetrics
     adapters: AdapterMetrics
+    spill: SpillMetrics
 
     def observe_queue(self, pool: str, cls: str, depth: int, oldest_age: float) -> None:
         """A pool's class queue as the autoscaler reads it."""
@@ -134,6 +135,7 @@ class Metrics:
             routing=RoutingMetrics.create(r),
             response_cache=ResponseCacheMetrics.create(r),
             adapters=AdapterMetrics.create(r),
+            spill=SpillMetrics.create(r),
         )
 
 
@@ -264,6 +266,48 @@ class ResponseCacheMetrics:
                 "Requests to a cache-enabled model not looked up (sampled, tools, ...), or "
                 "answers not stored (too_large, incomplete, fallback, degraded), by reason.",
                 ["model", "reason"],
+                registry=r,
+            ),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SpillMetrics:
+    """Spill to a ModelRoute's remotes (docs/routes.md): every try, the tokens and the spend."""
+
+    spills: Counter
+    tokens: Counter
+    spend: Counter
+    in_flight: Gauge
+
+    @classmethod
+    def create(cls, r: CollectorRegistry) -> SpillMetrics:
+        return cls(
+            spills=Counter(
+                names.SPILLS,
+                "Requests the local targets could not take, by the remote tried, what the local "
+                "side said (trigger: Unavailable, Overloaded) and how it went there (served, "
+                "failed, or skipped: budget, no_key, busy, retry_budget).",
+                ["namespace", "route", "remote", "trigger", "outcome"],
+                registry=r,
+            ),
+            tokens=Counter(
+                names.REMOTE_TOKENS,
+                "Tokens of requests served by a remote (type: prompt, completion).",
+                ["namespace", "route", "remote", "type"],
+                registry=r,
+            ),
+            spend=Counter(
+                names.REMOTE_SPEND,
+                "What spilled requests cost at the remote's price, in its route's currency.",
+                ["namespace", "route", "remote", "currency"],
+                registry=r,
+            ),
+            in_flight=Gauge(
+                names.REMOTE_IN_FLIGHT,
+                "Requests this gateway has at a remote now (bounded by its maxConcurrency).",
+                ["namespace", "route", "remote"],
+                multiprocess_mode="livesum",
                 registry=r,
             ),
         )

@@ -65,6 +65,7 @@ class Outcome:
     captured: bytearray = dataclasses.field(default_factory=bytearray)
     """A stream's events as the engine sent them, when the call asked (the response cache)."""
     oversize: bool = False  # the stream outgrew its capture bound: what was captured is dropped
+    served_by: str = ""  # the model that answered, as the X-TokenFleet-Model header says
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +81,15 @@ class Call:
     upstream_headers: dict[str, str]
     served_by: str
     capture_bytes: int = 0  # keep a stream's events up to this many bytes (0: keep none)
+    served_by_header: str = ""
+    """An upstream header that names the model better than ``served_by`` (another TokenFleet
+    gateway's X-TokenFleet-Model), used when present."""
+
+
+def _served_by(call: Call, upstream: aiohttp.ClientResponse, outcome: Outcome) -> str:
+    named = upstream.headers.get(call.served_by_header, "") if call.served_by_header else ""
+    outcome.served_by = named or call.served_by
+    return outcome.served_by
 
 
 class UpstreamFailed(Exception):
@@ -208,7 +218,7 @@ async def _whole(
         body=payload,
         status=upstream.status,
         content_type="application/json",
-        headers={**call.headers, "X-TokenFleet-Model": call.served_by},
+        headers={**call.headers, "X-TokenFleet-Model": _served_by(call, upstream, outcome)},
     )
     outcome.response = response
     await response.prepare(request)
@@ -275,7 +285,7 @@ async def _relay(
             **call.headers,
             "Content-Type": "text/event-stream",
             "Cache-Control": "no-cache",
-            "X-TokenFleet-Model": call.served_by,
+            "X-TokenFleet-Model": _served_by(call, upstream, outcome),
         },
     )
     last, done, pending = 0.0, False, b""

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tokenfleet.api.route import ClassifierRef, ModelRouteSpec
+from tokenfleet.api.route import ClassifierRef, ModelRouteSpec, Remote
 from tokenfleet.gateway.policy import classifier, model_routes
 
 #: A ConfigMap's data by (namespace, name).
@@ -37,6 +37,13 @@ class RouteEntry:
     scores: bool = False
     """Some rule reads the score and the weights loaded: each request is scored (decided once
     here, not per request)."""
+    remotes: tuple[Remote, ...] = ()
+    """Where its requests spill, in order (docs/routes.md "Spill")."""
+    spill_on: tuple[str, ...] = ()
+    currency: str = "USD"  # of the remotes' prices and budgets
+
+    def spills_on(self, trigger: str) -> bool:
+        return bool(self.remotes) and trigger in self.spill_on
 
     @property
     def key(self) -> str:
@@ -78,6 +85,9 @@ def entry_of(
         classifier_problem=problem,
         needs_prices=any(r.max_cost_per_million_tokens is not None for r in spec.rules),
         scores=scorer is not None and any(r.match.uses_classifier() for r in spec.rules),
+        remotes=tuple(spec.remotes),
+        spill_on=tuple(spec.spill_on),
+        currency=spec.currency,
     )
 
 

@@ -17,7 +17,7 @@ tenant, model and outcome, and writes the record to the durable usage ledger.
 
 from __future__ import annotations
 
-from tokenfleet.api import budget
+from tokenfleet.api import budget, cost
 from tokenfleet.gateway import budget_store
 from tokenfleet.gateway.policy import usage
 from tokenfleet.gateway.proxy import Meter
@@ -75,9 +75,12 @@ async def settle(
     record: usage.Record,
     reservation: Reservation,
     hold: budget_store.Held | None = None,
+    *,
+    rate: cost.Rate | None = None,
 ) -> None:
     """Charge ``record``: quota and budget settled, token counters counted with the outcome,
-    and one entry in the usage ledger."""
+    and one entry in the usage ledger. ``rate`` prices a currency budget where no pool of the
+    catalog served (a ModelRoute's remote)."""
     await state.quotas.settle(reservation, record.charged)
     if hold is not None and hold.spec is not None:
         served_on = state.catalog.pools.get(record.pool)
@@ -85,7 +88,7 @@ async def settle(
             hold.spec,
             prompt_tokens=record.prompt,
             completion_tokens=record.completion,
-            rate=served_on.rate if served_on else None,
+            rate=rate if rate is not None else served_on.rate if served_on else None,
         )
         await state.budgets.settle(hold, used=used)
     if record.charged:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -16,6 +17,7 @@ from tokenfleet.gateway.config import Settings
 from tokenfleet.gateway.metrics import Metrics
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
+from tokenfleet.gateway.remotes import Remotes
 from tokenfleet.gateway.response_store import ResponseStore
 from tokenfleet.gateway.router import Router
 from tokenfleet.gateway.usage_ledger import UsageLedger
@@ -45,6 +47,8 @@ class GatewayState:
     shadowed: frozenset[str] = frozenset()  # adapters whose name a model took (logged once)
     route_problems: frozenset[str] = frozenset()  # route problems already logged (once each)
     route_gauges: frozenset[tuple[str, str]] = frozenset()  # routes with a classifier gauge
+    remotes: Remotes = dataclasses.field(default_factory=lambda: Remotes(Path("/nonexistent")))
+    """ModelRoute remotes: their keys and requests in flight (set from settings at start)."""
 
     def capacity(self, pool: str) -> int:
         """Requests the pool's ready endpoints take at once (computed once per catalog)."""
@@ -80,6 +84,13 @@ class GatewayState:
             if entry.route.uses_classifier:
                 labelled.add((entry.namespace, entry.name))
                 gauge.labels(entry.namespace, entry.name).set(0 if entry.classifier is None else 1)
+            for remote in entry.remotes:
+                if self.remotes.key(remote) is None:
+                    problems.add(
+                        f"route {entry.key}: remote {remote.name} is never tried, its key file "
+                        f"{self.remotes.key_path(remote)} is missing or empty (list Secret "
+                        f"{remote.api_key_secret.name} in the chart's gateway.remoteKeySecrets)"
+                    )
             if entry.classifier_problem:
                 problems.add(
                     f"route {entry.key}: no classifier score, its score rules do not match: "

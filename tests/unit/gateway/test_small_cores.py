@@ -20,6 +20,18 @@ def test_salt_isolates_tenants_and_joins_groups() -> None:
     assert len(a) == 32 and a  # vLLM rejects an empty salt
 
 
+def test_a_callers_salt_splits_its_own_tenant_and_never_reaches_another() -> None:
+    """A spilling gateway is one tenant at the remote gateway; its tenants' salts, sent as the
+    caller's, keep them apart there, and no caller salt lets one tenant join another's."""
+    own = cache_salt(secret=b"s", tenant="ns/a")
+    split = cache_salt(secret=b"s", tenant="ns/a", caller="user-1")
+    assert split not in (own, cache_salt(secret=b"s", tenant="ns/a", caller="user-2"))
+    assert split == cache_salt(secret=b"s", tenant="ns/a", caller="user-1")
+    victim = cache_salt(secret=b"s", tenant="ns/b")
+    assert cache_salt(secret=b"s", tenant="ns/a", caller=victim) != victim
+    assert cache_salt(secret=b"s", tenant="ns/a", caller="ns/b") != victim
+
+
 @pytest.mark.parametrize(
     ("header", "expected"),
     [

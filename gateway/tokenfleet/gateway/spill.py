@@ -1,0 +1,254 @@
+"""Spill a ModelRoute's request to the route's remotes when the local side refused it (the
+rules: :mod:`tokenfleet.gateway.policy.spill`; docs/routes.md "Spill").
+
+Each remote is tried once, in the route's order, skipped when its key is not mounted, when this
+process already has ``maxConcurrency`` requests there, or when the tenant's spend budget there
+cannot hold the request's most expensive outcome (prompt + ``max_tokens`` at the remote's
+price). A try is :func:`tokenfleet.gateway.proxy.forward`, the relay every engine request uses:
+the stream is relayed as it arrives, the usage counted as it passes, and a client that leaves
+closes the remote connection (another gateway then cancels its engine request in turn). A
+remote that fails before any byte reached the client is left for the next; if none answers,
+the client gets the local refusal, which says the remotes were tried.
+
+Every try is counted (``tokenfleet_gateway_spills_total`` by remote, trigger and outcome) and
+the response names where it went: ``X-TokenFleet-Target: remote/<name>``, the local refusal's
+code in ``X-TokenFleet-Spill-Reason``, and ``X-TokenFleet-Model`` the model that answered (the
+remote gateway's own header, or the provider model asked for) — never a silent change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from tokenfleet.api import cost
+from tokenfleet.api.route import Remote
+from tokenfleet.api.tenant import Budget
+from tokenfleet.gateway import budget_store, proxy
+from tokenfleet.gateway.catalog import Tenant
+from tokenfleet.gateway.policy import bodies, deadlines, usage
+from tokenfleet.gateway.policy import spill as rules
+from tokenfleet.gateway.policy.rejections import Rejected
+from tokenfleet.gateway.route_catalog import RouteEntry
+from tokenfleet.gateway.state import GatewayState
+
+TARGET_HEADER = "X-TokenFleet-Target"
+REASON_HEADER = "X-TokenFleet-Spill-Reason"
+MODEL_HEADER = "X-TokenFleet-Model"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Request:
+    """What every try at a remote sends, and for whom."""
+
+    entry: RouteEntry
+    tenant: Tenant
+    parsed: bodies.Parsed
+    engine_body: Mapping[str, Any]  # as the local engine would have had it
+    salt: str  # the tenant's cache salt
+    due: float
+    local: Rejected  # what the local side said
+    trigger: str
+    sent_locally: bool  # a local attempt reached an engine (a spill is then a retry)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Spilled:
+    """A request a remote answered: what settlement needs."""
+
+    entry: RouteEntry
+    remote: Remote
+    outcome: proxy.Outcome
+    hold: budget_store.Held | None
+
+    @property
+    def label(self) -> str:
+        """Names the remote as a target: X-TokenFleet-Target, the access log, metrics."""
+        return f"remote/{self.remote.name}"
+
+    @property
+    def pool(self) -> str:
+        """The usage ledger's pool key of what it served: by target."""
+        prefix = f"{self.entry.namespace}/" if self.entry.namespace else ""
+        return f"{prefix}remote:{self.remote.name}"
+
+    @property
+    def rate(self) -> cost.Rate:
+        return rules.rate(self.remote, self.entry.currency)
+
+
+def spend_budget(remote: Remote, currency: str) -> Budget | None:
+    """The remote's per-tenant spend limit as a Reject budget of the shared budget store."""
+    if remote.budget is None:
+        return None
+    return Budget(
+        period=remote.budget.period,
+        amount=remote.budget.amount,
+        currency=currency,
+        action="Reject",
+    )
+
+
+def spend_key(tenant: Tenant, entry: RouteEntry, remote: Remote) -> str:
+    return f"{tenant.key}|spill|{entry.key}|{remote.name}"
+
+
+async def spill(
+    state: GatewayState,
+    ask: Request,
+    *,
+    request: web.Request,
+    headers: dict[str, str],
+    meter: proxy.Meter,
+    log: dict[str, Any],
+) -> Spilled | Rejected:
+    """The first remote that answers, or the local refusal (saying what was tried)."""
+    tried: list[str] = []
+    for remote in ask.entry.remotes:
+        skipped = _skip_reason(state, ask, remote, tried=len(tried))
+        if skipped is not None:
+            _count(state, ask, remote, skipped)
+            tried.append(f"{remote.name}: {skipped}")
+            continue
+        hold = await _hold(state, ask, remote)
+        if hold is not None and hold.amount == 0 and _costs(ask, remote) > 0:
+            _count(state, ask, remote, rules.SKIPPED_BUDGET)
+            tried.append(f"{remote.name}: {rules.SKIPPED_BUDGET}")
+            continue
+        answered = await _try(
+            state, ask, remote, hold, request=request, headers=headers, meter=meter
+        )
+        if isinstance(answered, Spilled):
+            _count(state, ask, remote, rules.SERVED)
+            log.update(target=answered.label, spill_reason=ask.local.reason.value)
+            return answered
+        _count(state, ask, remote, rules.FAILED)
+        tried.append(f"{remote.name}: {answered}")
+    return dataclasses.replace(
+        ask.local, message=f"{ask.local.message} (spill tried: {'; '.join(tried)})"
+    )
+
+
+def _skip_reason(state: GatewayState, ask: Request, remote: Remote, *, tried: int) -> str | None:
+    """Why ``remote`` is not tried for this request (None: it is)."""
+    if state.remotes.key(remote) is None:
+        return rules.SKIPPED_KEY
+    if state.remotes.in_flight(ask.entry.key, remote) >= remote.max_concurrency:
+        return rules.SKIPPED_BUSY
+    if rules.takes_retry(tried_remotes=tried, sent_locally=ask.sent_locally) and (
+        not state.router.try_retry(ask.parsed.model)
+    ):
+        return rules.SKIPPED_RETRIES
+    return None
+
+
+def _costs(ask: Request, remote: Remote) -> int:
+    return rules.estimate(
+        remote,
+        currency=ask.entry.currency,
+        prompt_tokens=ask.parsed.prompt_tokens,
+        max_tokens=int(
+            ask.engine_body.get("max_tokens", ask.engine_body.get("max_output_tokens", 0))
+        ),
+    )
+
+
+async def _hold(state: GatewayState, ask: Request, remote: Remote) -> budget_store.Held | None:
+    """The tenant's spend budget there, holding the request's most expensive outcome; None
+    without a budget (a held amount of 0 means refused)."""
+    spec = spend_budget(remote, ask.entry.currency)
+    if spec is None:
+        return None
+    verdict, held = await state.budgets.reserve(
+        tenant=spend_key(ask.tenant, ask.entry, remote),
+        spec=spec,
+        amount=_costs(ask, remote),
+        now=datetime.datetime.now(datetime.UTC),
+    )
+    return held if verdict.serve else dataclasses.replace(held, amount=0)
+
+
+async def _try(
+    state: GatewayState,
+    ask: Request,
+    remote: Remote,
+    hold: budget_store.Held | None,
+    *,
+    request: web.Request,
+    headers: dict[str, str],
+    meter: proxy.Meter,
+) -> Spilled | str:
+    """One remote's answer, or why it gave none (its cause)."""
+    key, route = state.remotes.key(remote), ask.entry.key
+    assert key is not None and state.session is not None
+    due = min(ask.due, time.monotonic() + remote.timeout_seconds)
+    body = rules.remote_body(
+        ask.engine_body, remote=remote, route_name=ask.entry.name, salt=ask.salt
+    )
+    sent = {
+        **headers,
+        TARGET_HEADER: f"remote/{remote.name}",
+        REASON_HEADER: ask.local.reason.value,
+    }
+    upstream_headers = {
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {key}",
+        "X-Request-Id": headers.get("X-Request-Id", ""),
+    }
+    if remote.kind == "Gateway":  # the deadline goes on: the remote queues and sheds by it
+        upstream_headers[deadlines.HEADER] = str(max(1, int((due - time.monotonic()) * 1000)))
+    call = proxy.Call(
+        url=rules.url(remote, bodies.PATHS[ask.parsed.kind]),
+        body=orjson.dumps(body),
+        stream=ask.parsed.stream,
+        strip_usage=ask.parsed.stream and not ask.parsed.include_usage,
+        deadline=due,
+        headers=sent,
+        upstream_headers=upstream_headers,
+        served_by=str(body["model"]),
+        served_by_header=MODEL_HEADER if remote.kind == "Gateway" else "",
+    )
+    if not state.remotes.take(route, remote):
+        return rules.SKIPPED_BUSY
+    gauge = state.metrics.spill.in_flight.labels(ask.entry.namespace, ask.entry.name, remote.name)
+    gauge.inc()
+    try:
+        outcome = await proxy.forward(call, session=state.session, request=request, meter=meter)
+    except proxy.UpstreamFailed as failed:
+        if hold is not None:
+            await state.budgets.settle(hold, used=0)
+        return failed.cause
+    finally:
+        state.remotes.release(route, remote)
+        gauge.dec()
+    headers.update({TARGET_HEADER: sent[TARGET_HEADER], REASON_HEADER: sent[REASON_HEADER]})
+    return Spilled(entry=ask.entry, remote=remote, outcome=outcome, hold=hold)
+
+
+def _count(state: GatewayState, ask: Request, remote: Remote, outcome: str) -> None:
+    state.metrics.spill.spills.labels(
+        ask.entry.namespace, ask.entry.name, remote.name, ask.trigger, outcome
+    ).inc()
+
+
+async def settle(state: GatewayState, spilled: Spilled, record: usage.Record) -> None:
+    """A spilled request's tokens and spend, counted by remote; its spend hold corrected."""
+    entry, remote = spilled.entry, spilled.remote
+    spent = cost.micro(
+        prompt_tokens=record.prompt, completion_tokens=record.completion, rate=spilled.rate
+    )
+    if spilled.hold is not None:
+        await state.budgets.settle(spilled.hold, used=spent)
+    m = state.metrics.spill
+    m.tokens.labels(entry.namespace, entry.name, remote.name, "prompt").inc(record.prompt)
+    m.tokens.labels(entry.namespace, entry.name, remote.name, "completion").inc(record.completion)
+    if spent:
+        m.spend.labels(entry.namespace, entry.name, remote.name, entry.currency).inc(
+            spent / 1_000_000
+        )
