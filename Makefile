@@ -130,6 +130,7 @@ bench: $(VENV)/.installed binaries native $(PEERS)/.installed
 	$(PY) bench/response_cache.py
 	$(PY) bench/adapters.py
 	$(PY) bench/classifier.py
+	$(PY) bench/spill.py
 
 crds: $(VENV)/.installed
 	$(PY) -m tokenfleet.api.crd --write crds

@@ -287,7 +287,7 @@ class SpillMetrics:
                 names.SPILLS,
                 "Requests the local targets could not take, by the remote tried, what the local "
                 "side said (trigger: Unavailable, Overloaded) and how it went there (served, "
-                "failed, or skipped: budget, no_key, busy, retry_budget).",
+                "failed, or skipped: ejected, budget, no_key, busy, retry_budget).",
                 ["namespace", "route", "remote", "trigger", "outcome"],
                 registry=r,
             ),

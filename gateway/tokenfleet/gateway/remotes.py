@@ -1,5 +1,12 @@
 """What one gateway process knows about ModelRoute remotes between requests: their keys, read
-from the files the platform team mounted, and how many requests each has from here now.
+from the files the platform team mounted, how many requests each has from here now, and which
+failed lately.
+
+A remote that fails before answering is **ejected**: skipped for :data:`EJECT_SECONDS`, doubled
+on each further failure up to :data:`EJECT_MAX_SECONDS`; once that passes, the next request
+tries it again (a probe) and a success clears it. Without this, a lost region would be tried by
+every spilled request, and the next remote reached only as a retry (within the retry budget: a
+tenth of the requests); ejected, the next remote is the first try.
 
 Keys are files ``<remote_keys_dir>/<secret>/<key>`` (the chart mounts each Secret listed in
 ``gateway.remoteKeySecrets`` there; kubelet swaps the files when a Secret changes). A key is
@@ -17,6 +24,8 @@ from tokenfleet.api.route import Remote
 
 #: How long a key read from its file is used before the file is read again.
 KEY_TTL_SECONDS = 30.0
+#: A failed remote's first ejection, and the longest one.
+EJECT_SECONDS, EJECT_MAX_SECONDS = 5.0, 30.0
 
 
 @dataclasses.dataclass(slots=True)
@@ -32,6 +41,7 @@ class Remotes:
         self.keys_dir = keys_dir
         self._keys: dict[Path, _Key] = {}
         self._in_flight: dict[tuple[str, str], int] = {}
+        self._ejected: dict[tuple[str, str], tuple[float, float]] = {}  # → (until, for how long)
 
     def key_path(self, remote: Remote) -> Path:
         return self.keys_dir / remote.api_key_secret.name / remote.api_key_secret.key
@@ -65,3 +75,19 @@ class Remotes:
 
     def in_flight(self, route: str, remote: Remote) -> int:
         return self._in_flight.get((route, remote.name), 0)
+
+    def ejected(self, route: str, remote: Remote, *, now: float) -> bool:
+        """Failed lately: skipped until its ejection passes."""
+        until, _ = self._ejected.get((route, remote.name), (0.0, 0.0))
+        return now < until
+
+    def failed(self, route: str, remote: Remote, *, now: float) -> float:
+        """It failed before answering: ejected, for twice as long as last time (capped);
+        returns for how long."""
+        _, last = self._ejected.get((route, remote.name), (0.0, 0.0))
+        span = min(EJECT_MAX_SECONDS, last * 2 if last else EJECT_SECONDS)
+        self._ejected[(route, remote.name)] = (now + span, span)
+        return span
+
+    def succeeded(self, route: str, remote: Remote) -> None:
+        self._ejected.pop((route, remote.name), None)

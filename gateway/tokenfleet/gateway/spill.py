@@ -1,7 +1,8 @@
 """Spill a ModelRoute's request to the route's remotes when the local side refused it (the
 rules: :mod:`tokenfleet.gateway.policy.spill`; docs/routes.md "Spill").
 
-Each remote is tried once, in the route's order, skipped when its key is not mounted, when this
+Each remote is tried once, in the route's order, skipped while it is ejected after a failure
+(:mod:`.remotes`), when its key is not mounted, when this
 process already has ``maxConcurrency`` requests there, or when the tenant's spend budget there
 cannot hold the request's most expensive outcome (prompt + ``max_tokens`` at the remote's
 price). A try is :func:`tokenfleet.gateway.proxy.forward`, the relay every engine request uses:
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -37,6 +39,8 @@ from tokenfleet.gateway.policy import spill as rules
 from tokenfleet.gateway.policy.rejections import Rejected
 from tokenfleet.gateway.route_catalog import RouteEntry
 from tokenfleet.gateway.state import GatewayState
+
+logger = logging.getLogger("tokenfleet.gateway.spill")
 
 TARGET_HEADER = "X-TokenFleet-Target"
 REASON_HEADER = "X-TokenFleet-Spill-Reason"
@@ -109,9 +113,10 @@ async def spill(
     log: dict[str, Any],
 ) -> Spilled | Rejected:
     """The first remote that answers, or the local refusal (saying what was tried)."""
-    tried: list[str] = []
+    tried: list[str] = []  # what happened at each remote, for the refusal's message
+    attempts = 0  # remotes actually sent the request (a skipped one is no retry)
     for remote in ask.entry.remotes:
-        skipped = _skip_reason(state, ask, remote, tried=len(tried))
+        skipped = _skip_reason(state, ask, remote, tried=attempts)
         if skipped is not None:
             _count(state, ask, remote, skipped)
             tried.append(f"{remote.name}: {skipped}")
@@ -121,6 +126,7 @@ async def spill(
             _count(state, ask, remote, rules.SKIPPED_BUDGET)
             tried.append(f"{remote.name}: {rules.SKIPPED_BUDGET}")
             continue
+        attempts += 1
         answered = await _try(
             state, ask, remote, hold, request=request, headers=headers, meter=meter
         )
@@ -139,6 +145,8 @@ def _skip_reason(state: GatewayState, ask: Request, remote: Remote, *, tried: in
     """Why ``remote`` is not tried for this request (None: it is)."""
     if state.remotes.key(remote) is None:
         return rules.SKIPPED_KEY
+    if state.remotes.ejected(ask.entry.key, remote, now=time.monotonic()):
+        return rules.SKIPPED_EJECTED
     if state.remotes.in_flight(ask.entry.key, remote) >= remote.max_concurrency:
         return rules.SKIPPED_BUSY
     if rules.takes_retry(tried_remotes=tried, sent_locally=ask.sent_locally) and (
@@ -223,12 +231,26 @@ async def _try(
     except proxy.UpstreamFailed as failed:
         if hold is not None:
             await state.budgets.settle(hold, used=0)
+        if failed.retryable:  # down or failing, not refusing this request for what it is
+            span = state.remotes.failed(route, remote, now=time.monotonic())
+            log_failure(ask, remote, failed.cause, span)
         return failed.cause
     finally:
         state.remotes.release(route, remote)
         gauge.dec()
+    state.remotes.succeeded(route, remote)
     headers.update({TARGET_HEADER: sent[TARGET_HEADER], REASON_HEADER: sent[REASON_HEADER]})
     return Spilled(entry=ask.entry, remote=remote, outcome=outcome, hold=hold)
+
+
+def log_failure(ask: Request, remote: Remote, cause: str, span: float) -> None:
+    logger.warning(
+        "route %s: remote %s failed (%s); skipped for %.0f s",
+        ask.entry.key,
+        remote.name,
+        cause,
+        span,
+    )
 
 
 def _count(state: GatewayState, ask: Request, remote: Remote, outcome: str) -> None:

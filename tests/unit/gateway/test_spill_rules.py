@@ -4,7 +4,8 @@ Covered: which local refusals spill under which spillOn trigger (never the tenan
 or a bad request); when a try at a remote is a retry; the most a request may cost there; the
 body a remote gets (its model name, no vLLM salt for a provider, the tenant's salt for another
 gateway, max_tokens as reserved); the URL from an SDK-style base URL; keys read from files,
-re-read after their TTL, missing or empty as None; the per-remote concurrency bound.
+re-read after their TTL, missing or empty as None; the per-remote concurrency bound; a failed
+remote's ejection, doubling to its cap, cleared by a success.
 """
 
 from __future__ import annotations
@@ -131,3 +132,21 @@ def test_a_remote_takes_at_most_its_max_concurrency(tmp_path: Path) -> None:
     assert known.take("ns/other", eu)  # per route
     known.release("ns/r", eu)
     assert known.in_flight("ns/r", eu) == 1 and known.take("ns/r", eu)
+
+
+def test_a_failed_remote_is_ejected_longer_each_time_and_cleared_by_a_success(
+    tmp_path: Path,
+) -> None:
+    known, eu = remotes.Remotes(tmp_path), remote()
+    assert not known.ejected("r", eu, now=0.0)
+    assert known.failed("r", eu, now=0.0) == remotes.EJECT_SECONDS
+    assert known.ejected("r", eu, now=remotes.EJECT_SECONDS - 0.1)
+    assert not known.ejected("r", eu, now=remotes.EJECT_SECONDS)  # the probe may go
+    assert known.failed("r", eu, now=10.0) == 2 * remotes.EJECT_SECONDS  # the probe failed
+    for _ in range(10):
+        span = known.failed("r", eu, now=20.0)
+    assert span == remotes.EJECT_MAX_SECONDS
+    assert not known.ejected("other-route", eu, now=20.0)  # per route
+    known.succeeded("r", eu)
+    assert not known.ejected("r", eu, now=20.0)
+    assert known.failed("r", eu, now=30.0) == remotes.EJECT_SECONDS  # starts over

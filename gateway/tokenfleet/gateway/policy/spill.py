@@ -10,7 +10,9 @@ no other region would answer differently:
 - **Overloaded** — the local queue refused it: full, shed, its deadline unmeetable, or it
   waited past the class's age limit.
 
-Remotes are tried in the route's order, each once. The first try is not a retry when nothing
+Remotes are tried in the route's order, each once; one that failed lately is skipped while it
+is ejected (:mod:`tokenfleet.gateway.remotes`), so a lost region costs one failed try, not one
+per request. The first try is not a retry when nothing
 was sent locally (no replica, shed): it is the request's first attempt, so a lost pool spills
 every request, not only the retry budget's share. A try after a local attempt failed upstream,
 and every further remote, is a retry and takes the retry budget, which is what bounds
@@ -39,11 +41,12 @@ TRIGGERS: Mapping[Reason, str] = {
 
 #: What a try at a remote ended as (the spills counter's outcome).
 SERVED, FAILED = "served", "failed"
-SKIPPED_BUDGET, SKIPPED_KEY, SKIPPED_BUSY, SKIPPED_RETRIES = (
+SKIPPED_BUDGET, SKIPPED_KEY, SKIPPED_BUSY, SKIPPED_RETRIES, SKIPPED_EJECTED = (
     "budget",
     "no_key",
     "busy",
     "retry_budget",
+    "ejected",
 )
 
 #: vLLM's extension: a provider may refuse an unknown field, and another gateway salts itself.
