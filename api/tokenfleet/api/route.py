@@ -212,6 +212,7 @@ class Rule(Model):
 BASE_URL = r"^https?://[^\s/?#]+(/[^\s?#]*)?$"
 #: Why a request spills to the route's remotes (docs/routes.md, "Spill").
 SpillTrigger = Literal["Unavailable", "Overloaded"]
+_ALL_TRIGGERS: tuple[SpillTrigger, ...] = ("Unavailable", "Overloaded")
 
 
 class SecretKeyRef(Model):
@@ -367,7 +368,7 @@ class ModelRouteSpec(Model):
         "them (spillOn): each remote is tried once, within the tenant's budget there.",
     )
     spill_on: list[SpillTrigger] = Field(
-        default_factory=lambda: ["Unavailable", "Overloaded"],
+        default_factory=lambda: list(_ALL_TRIGGERS),
         max_length=2,
         description="Unavailable: the target (and its fallback model) has no ready replica, "
         "or every replica tried failed before answering (a lost zone or region); Overloaded: "
@@ -460,7 +461,9 @@ class ModelRouteStatus(Model):
     """Observed state of the route, written by the operator. Ready is True when every target
     names a served model of the namespace and the classifier's weights load (reason
     TargetsFound); else False with TargetNotFound, NameConflict (spec.name is also a served
-    model's name), ClassifierNotFound or ClassifierInvalid."""
+    model's name), ClassifierNotFound or ClassifierInvalid. A route with remotes also has
+    RemotesReady: True (KeysFound) when every remote's key Secret and key exist in the
+    gateway's namespace, else False (KeySecretNotFound, KeyMissing)."""
 
     observed_generation: int | None = observed_generation_field()
     conditions: list[Condition] = conditions_field()
