@@ -400,17 +400,17 @@ def _remotes_ready_follows_the_key_secrets(cluster: Cluster, ns: str, served: st
     }
     cluster.apply(manifest("ModelRoute", "spill", ns, route))
 
-    def reason(wanted: str) -> dict[str, Any] | bool:
+    def reason(wanted: str) -> dict[str, Any] | None:
         c = _route_ready(cluster, ns, "spill", "RemotesReady")
-        return c.get("reason") == wanted and c
+        return c if c.get("reason") == wanted else None
 
     gone = wait_for("the missing key Secret reported", lambda: reason("KeySecretNotFound"), 60)
     assert gone["status"] == "False"
     assert f"{SA_NAMESPACE}/{secret} does not exist" in gone["message"]
     assert "gateway.remoteKeySecrets" in gone["message"]
     value = "remote-token-never-in-status"
-    key_secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret}}
-    key_secret["metadata"]["namespace"] = SA_NAMESPACE
+    key_secret: dict[str, Any] = {"apiVersion": "v1", "kind": "Secret"}
+    key_secret["metadata"] = {"name": secret, "namespace": SA_NAMESPACE}
     try:
         cluster.apply({**key_secret, "stringData": {"other": value}})
         missing = wait_for("the missing key reported", lambda: reason("KeyMissing"), 60)
