@@ -1,6 +1,8 @@
 """The README's journey on the whole local platform: `up` starts everything (control plane,
 simulated GPU nodes, operator, Redis, gateway, dev tenant, examples) and prints how to use it;
-the printed gateway and dev key answer the openai SDK; `down` leaves no process behind.
+the printed gateway and dev key answer the openai SDK; the remote region and the provider
+(host processes in both modes) answer with the keys the stack generated; `down` leaves no
+process behind.
 
 Twice: as `make up` runs it (a real node, TokenFleet installed from the chart as pods on it) and
 without the real node (operator, Redis and gateway as host processes)."""
@@ -60,6 +62,10 @@ def test_up_serves_the_examples_through_the_gateway_and_down_cleans_up(
             )
         else:
             assert {"tokenfleet-operator", "redis", "tokenfleet-gateway"} <= set(info["children"])
+        assert {"region-b-gateway", "region-b-chat-small", "provider", "provider-engine"} <= set(
+            info["children"]
+        )
+        remotes_answer(state, info["remotes"], up.stdout)
         url = re.search(r"curl (http://127\.0\.0\.1:\d+)/v1/chat/completions", up.stdout)
         assert url, up.stdout
         key = (state / "dev-api-key").read_text().strip()
@@ -102,6 +108,25 @@ def test_up_serves_the_examples_through_the_gateway_and_down_cleans_up(
     assert down.returncode == 0, down.stdout + down.stderr
     for name, pid in {"stack": info["pid"], **info["children"]}.items():
         assert wait_for(f"{name} to exit", lambda pid=pid: not alive(pid), timeout=30)
+
+
+def remotes_answer(state: Path, urls: dict[str, str], printed: str) -> None:
+    """Region-b serves chat-auto to the region-a key, the provider provider-large to its key;
+    both URLs are in the printout."""
+    asked = {
+        "region-b": ("region-b-key", "chat-auto"),
+        "provider": ("provider-key", "provider-large"),
+    }
+    for remote, (secret, model) in asked.items():
+        assert urls[remote] in printed
+        key = (state / "remote-keys" / secret / "api-key").read_text()
+        client = openai.OpenAI(base_url=urls[remote], api_key=key, max_retries=0)
+        answer = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Hello"}], max_tokens=3
+        )
+        assert answer.model in ({"chat-small", "chat-large"} if remote == "region-b" else {model})
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=urls[remote], api_key="tfk-wrong", max_retries=0).models.list()
 
 
 def chart_pods_on_the_real_node(kubeconfig: str) -> set[str]:

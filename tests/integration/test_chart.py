@@ -119,6 +119,53 @@ def test_the_monitoring_switch_installs_the_objects_monitoring_renders(helm: Any
     assert not [d for d in only_monitors if d["kind"] == "PrometheusRule"]
 
 
+def gateway_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    deployment = next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-gateway")
+    )
+    pod: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    return pod
+
+
+def test_remote_key_secrets_are_mounted_read_only_and_nothing_by_default(
+    cluster: Cluster, helm: Any, ns: str
+) -> None:
+    """gateway.remoteKeySecrets: each Secret is a read-only directory (so the kubelet rotates
+    it) at /var/run/tokenfleet/remote-keys/<name>, optional (a missing one does not hold the
+    pods back), with TOKENFLEET_REMOTE_KEYS_DIR pointing there and no RBAC added; the API server
+    accepts it. Unset: no such volume, mount or variable."""
+    base = ["template", "t", str(CHART), "-n", ns]
+    listed = objects(helm(*base, "--set", "gateway.remoteKeySecrets={region-b-key,pk}").stdout)
+    pod = gateway_pod(listed)
+    container = pod["containers"][0]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for name in ("region-b-key", "pk"):
+        mount = mounts[f"/var/run/tokenfleet/remote-keys/{name}"]
+        assert mount["readOnly"] is True and "subPath" not in mount
+        secret = volumes[mount["name"]]["secret"]
+        assert secret == {"secretName": name, "optional": True, "defaultMode": 0o440}
+    assert {"name": "TOKENFLEET_REMOTE_KEYS_DIR", "value": "/var/run/tokenfleet/remote-keys"} in (
+        container["env"]
+    )
+    default = objects(helm(*base).stdout)
+    plain = gateway_pod(default)
+    assert not [v for v in plain["volumes"] if v["name"].startswith("remote-key")]
+    assert not [
+        m for m in plain["containers"][0]["volumeMounts"] if "remote-keys" in m["mountPath"]
+    ]
+    assert "TOKENFLEET_REMOTE_KEYS_DIR" not in {e["name"] for e in plain["containers"][0]["env"]}
+    roles = [d for d in listed if d["kind"] in ("ClusterRole", "Role")]
+    assert roles == [d for d in default if d["kind"] in ("ClusterRole", "Role")]
+    deployment = next(
+        d for d in listed if d["kind"] == "Deployment" and d["spec"]["template"]["spec"] == pod
+    )
+    done = cluster.kubectl(
+        "apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(deployment), check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def test_rendered_manifests_are_current() -> None:
     done = subprocess.run(
         [

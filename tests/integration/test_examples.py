@@ -428,7 +428,8 @@ def test_09_model_routes(cluster: Cluster, ns: str, tmp_path: Path, operator: An
     ConfigMap applied (the ConfigMap carries the label the gateways watch), the route's Ready
     False TargetNotFound naming chat-large and chat-small while no ModelDeployment serves them
     (the README's first observation; serving the route is
-    tests/integration/test_gateway_model_routes.py and test_gateway_kubernetes.py); and the
+    tests/integration/test_gateway_model_routes.py and test_gateway_kubernetes.py); its
+    RemotesReady False KeySecretNotFound, since this cluster has no region-b-key; and the
     README's training command, run on the shipped prompts, prints the held-out line the shipped
     weights record and writes exactly the shipped ConfigMap."""
     folder = EXAMPLES / "09-model-routes"
@@ -440,13 +441,17 @@ def test_09_model_routes(cluster: Cluster, ns: str, tmp_path: Path, operator: An
     cm = cluster.get("configmap", "chat-auto-classifier", "-n", ns)
     assert cm["metadata"]["labels"][labels.ROUTE_CLASSIFIER] == "true"
 
-    def ready() -> dict[str, Any]:
+    def ready(kind: str = "Ready") -> dict[str, Any]:
         status = cluster.get("tfroute", "chat-auto", "-n", ns).get("status", {})
-        return next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
+        return next((c for c in status.get("conditions", []) if c["type"] == kind), {})
 
     cond = wait_for("chat-auto reported", lambda: (c := ready()).get("reason") and c, timeout=60)
     assert (cond["status"], cond["reason"]) == ("False", "TargetNotFound")
     assert "chat-large, chat-small" in cond["message"]
+    assert "RemotesReady" in readme and "gateway.remoteKeySecrets" in readme
+    remotes = ready("RemotesReady")
+    assert (remotes["status"], remotes["reason"]) == ("False", "KeySecretNotFound")
+    assert "remote region-b: Secret tokenfleet-system/region-b-key" in remotes["message"]
     out = tmp_path / "classifier-configmap.yaml"
     args = TRAIN.split()[1:]
     args[args.index("-o") + 1] = str(out)

@@ -385,9 +385,43 @@ def _code(ask: Any, name: str) -> str | None:
     return None
 
 
-def _route_ready(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
+def _route_ready(cluster: Cluster, ns: str, name: str, kind: str = "Ready") -> dict[str, Any]:
     status = cluster.get("tfroute", name, "-n", ns).get("status", {})
-    return next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
+    return next((c for c in status.get("conditions", []) if c["type"] == kind), {})
+
+
+def _remotes_ready_follows_the_key_secrets(cluster: Cluster, ns: str, served: str) -> None:
+    secret = f"{ns}-remote-key"[:63]
+    remote = {"name": "elsewhere", "kind": "Gateway", "baseUrl": "http://127.0.0.1:9/v1"}
+    route = {
+        "name": f"spill-{ns}",
+        "defaultTargets": [{"model": served}],
+        "remotes": [{**remote, "apiKeySecret": {"name": secret}}],
+    }
+    cluster.apply(manifest("ModelRoute", "spill", ns, route))
+
+    def reason(wanted: str) -> dict[str, Any] | None:
+        c = _route_ready(cluster, ns, "spill", "RemotesReady")
+        return c if c.get("reason") == wanted else None
+
+    gone = wait_for("the missing key Secret reported", lambda: reason("KeySecretNotFound"), 60)
+    assert gone["status"] == "False"
+    assert f"{SA_NAMESPACE}/{secret} does not exist" in gone["message"]
+    assert "gateway.remoteKeySecrets" in gone["message"]
+    value = "remote-token-never-in-status"
+    key_secret: dict[str, Any] = {"apiVersion": "v1", "kind": "Secret"}
+    key_secret["metadata"] = {"name": secret, "namespace": SA_NAMESPACE}
+    try:
+        cluster.apply({**key_secret, "stringData": {"other": value}})
+        missing = wait_for("the missing key reported", lambda: reason("KeyMissing"), 60)
+        assert "no key 'api-key'" in missing["message"]
+        cluster.apply({**key_secret, "stringData": {"api-key": value}})
+        found = wait_for("the key found", lambda: reason("KeysFound"), 60)
+        assert found["status"] == "True" and f"{secret}/api-key" in found["message"]
+        assert _route_ready(cluster, ns, "spill")["reason"] == "TargetsFound"
+        assert value not in json.dumps(cluster.get("tfroute", "spill", "-n", ns))
+    finally:
+        cluster.kubectl("delete", "secret", secret, "-n", SA_NAMESPACE, "--ignore-not-found")
 
 
 def test_gateway_serves_modelroutes_and_the_operator_reports_them(
@@ -397,7 +431,9 @@ def test_gateway_serves_modelroutes_and_the_operator_reports_them(
     whose targets are served and whose labelled ConfigMap parses Ready=True TargetsFound, and
     one to a missing model Ready=False TargetNotFound naming it; the gateway (its own account,
     which may list ConfigMaps) serves the first, its classifier choosing the rule, the answer
-    naming the target model."""
+    naming the target model. A route with remotes gets RemotesReady from their key Secrets in
+    the gateway's namespace (the operator's default, tokenfleet-system): KeySecretNotFound,
+    KeyMissing, then KeysFound once the key is there; the other routes get none."""
     served = f"kr-{ns}"  # the gateway sees every namespace
     example = yaml.safe_load(
         (REPO / "examples" / "09-model-routes" / "classifier-configmap.yaml").read_text()
@@ -455,6 +491,8 @@ def test_gateway_serves_modelroutes_and_the_operator_reports_them(
     assert lost["status"] == "False" and f"gone-{ns}" in lost["message"]
     row = cluster.kubectl("get", "tfroute", "auto", "-n", ns, "--no-headers").stdout
     assert f"auto-{ns}" in row and "True" in row  # the printer columns
+    assert _route_ready(cluster, ns, "auto", "RemotesReady") == {}  # no remotes, no condition
+    _remotes_ready_follows_the_key_secrets(cluster, ns, served)
 
     client = openai.OpenAI(
         base_url=gateway.url + "/v1", api_key=create_key(cluster, ns, "team"), max_retries=0

@@ -89,8 +89,26 @@ The gateway (OpenAI-compatible) is on http://127.0.0.1:{gateway_port}, with a de
     -H "Authorization: Bearer $(cat {state_dir}/dev-api-key)" -H "Content-Type: application/json" \\
     -d '{{"model": "llama-3.1-8b-instruct", "messages": [{{"role": "user", "content": "Hello"}}]}}'
 
+{_remotes(state_dir, info)}\
 Prometheus (scrapes every simulated vLLM and the gateway each second): {info.get("prometheus", "")}
 Logs: {state_dir}/logs/   Stop everything: make down
+"""
+
+
+def _remotes(state_dir: Path, info: dict[str, Any]) -> str:
+    """The remotes paragraph of the usage text (empty without the platform)."""
+    urls = info.get("remotes") or {}
+    if not urls:
+        return ""
+    return f"""Remotes the chat-auto route (examples/09-model-routes) spills to, on loopback:
+
+  region-b  {urls.get("region-b")}   a second TokenFleet gateway (chat-small, chat-large)
+  provider  {urls.get("provider")}   an OpenAI-compatible provider (provider-large)
+
+  Their keys: {state_dir}/remote-keys/ (and Secrets region-b-key, provider-key in
+  tokenfleet-system). The route needs chat-small and chat-large served here too:
+  kubectl apply -f examples/09-model-routes/ && kubectl describe tfroute chat-auto  # RemotesReady
+
 """
 
 
@@ -139,7 +157,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(
         "starting etcd, kube-apiserver, controller-manager, scheduler, kwok, node agent"
         + (", operator" if args.operator or args.platform else "")
-        + (", redis, gateway" if args.platform else "")
+        + (", redis, gateway, region-b, provider" if args.platform else "")
         + ", prometheus",
         end="",
         flush=True,

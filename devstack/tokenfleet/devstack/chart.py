@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tokenfleet.devstack import remotes
 from tokenfleet.devstack.controlplane import Ports
 
 RELEASE = "tokenfleet"
@@ -51,4 +52,5 @@ def helm_argv(
     # stack creates after the install; it waits for the gateway's liveness instead.
     for key, value in values.items():  # the schema types ports as integers, the rest as strings
         argv += ["--set" if isinstance(value, int) else "--set-string", f"{key}={value}"]
-    return argv
+    # The local remotes' key Secrets (tokenfleet.devstack.remotes), mounted into the gateway.
+    return [*argv, "--set", f"gateway.remoteKeySecrets={{{','.join(remotes.SECRETS)}}}"]

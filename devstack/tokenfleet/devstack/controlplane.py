@@ -26,6 +26,8 @@ class Ports:
     redis: int
     gateway: int
     prometheus: int
+    region_b: int  # the remote region's gateway (tokenfleet.devstack.remotes)
+    provider: int  # the OpenAI-compatible provider in front of its engine
 
     def shifted(self, offset: int) -> Ports:
         """Every port moved by ``offset`` (to run beside another stack)."""
@@ -47,6 +49,8 @@ DEFAULT_PORTS = Ports(
     redis=26379,
     gateway=8080,
     prometheus=9090,
+    region_b=8090,  # examples/09-model-routes/route.yaml's remotes name these two
+    provider=8091,
 )
 
 

@@ -1,4 +1,5 @@
-"""The platform on top of the local cluster: Redis, the gateway, a dev tenant and its key.
+"""The platform on top of the local cluster: Redis, the gateway, a dev tenant and its key
+(the remotes it spills to are tokenfleet.devstack.remotes).
 
 Started by `make up` after the control plane and the operator; the gateway runs with the
 least-privilege account of manifests/gateway, exactly as it would in a cluster.
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 from tokenfleet.api.base import API_GROUP_VERSION
+from tokenfleet.devstack import remotes
 from tokenfleet.devstack.controlplane import Component
 
 DEV_TENANT = "dev"
@@ -71,6 +73,8 @@ def gateway_component(
         env={
             "KUBECONFIG": str(kubeconfig),
             "TOKENFLEET_SALT_SECRET_FILE": str(salt_file(state_dir)),
+            # The remotes' keys, laid out as the chart mounts them (<secret>/<key>).
+            "TOKENFLEET_REMOTE_KEYS_DIR": str(remotes.keys_dir(state_dir)),
         },
     )
 

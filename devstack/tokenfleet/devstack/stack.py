@@ -36,6 +36,7 @@ from tokenfleet.devstack import (
     prometheus,
     realnode,
     reboot,
+    remotes,
 )
 from tokenfleet.devstack.controlplane import Files, Ports
 from tokenfleet.devstack.kwokstages import STAGES
@@ -183,6 +184,7 @@ class Stack:
         self.files = Files(root=options.state_dir)
         self._children: list[processes.Child] = []
         self.real_node: RealNode | None = None
+        self.remote_urls: dict[str, str] = {}  # remote → base URL, once started
 
     @property
     def server(self) -> str:
@@ -460,6 +462,7 @@ class Stack:
 
     async def _start_platform(self, session: aiohttp.ClientSession) -> None:
         """Redis, the gateway, the dev tenant with its key, and the examples to call."""
+        await self._start_remotes(session)
         redis = processes.spawn(
             "redis", platform.redis_argv(self.ports.redis), log=self.files.logs / "redis.log"
         )
@@ -479,6 +482,7 @@ class Stack:
 
     async def _install_chart(self, token: str, session: aiohttp.ClientSession) -> None:
         """The operator, gateway and Redis as the chart's pods on the real node."""
+        await self._start_remotes(session)  # first: the gateway's pods mount their key Secrets
         argv = chart.helm_argv(
             helm=self.options.bin_dir / "helm",
             chart=REPO / "charts" / "tokenfleet",
@@ -497,6 +501,23 @@ class Stack:
         health = f"http://127.0.0.1:{self.ports.gateway}/healthz"
         await self._wait_healthy("tokenfleet-gateway (chart)", health, session)
         await self._dev_tenant_and_examples()
+
+    async def _start_remotes(self, session: aiohttp.ClientSession) -> None:
+        """Region-b and the provider as host processes (tokenfleet.devstack.remotes), and
+        their key Secrets in the gateway's namespace."""
+        planned = remotes.plan(
+            state_dir=self.options.state_dir,
+            bin_dir=self.options.bin_dir,
+            ports=self.ports,
+            examples=REPO / "examples",
+        )
+        for component in planned.components:
+            await self._start(component, "", session)
+        self.remote_urls = planned.urls
+        namespace = str(REPO / "manifests" / "base" / "namespace")
+        await asyncio.to_thread(self._kubectl, "apply", "-k", namespace)
+        listed = remotes.key_secrets(self.options.state_dir, chart.NAMESPACE)
+        await asyncio.to_thread(self._kubectl, *remotes.APPLY, stdin=json.dumps(listed))
 
     async def _wait_healthy(self, name: str, url: str, session: aiohttp.ClientSession) -> None:
         deadline = time.monotonic() + HEALTH_TIMEOUT_SECONDS
@@ -532,6 +553,7 @@ class Stack:
             "startSeconds": round(time.monotonic() - started, 2),
             "realNode": realnode.NODE_NAME if self.real_node is not None else None,
             "children": {c.name: c.popen.pid for c in self._children},
+            "remotes": self.remote_urls,
         }
         path = info_path(self.options.state_dir)
         tmp = path.with_suffix(".tmp")

@@ -28,6 +28,11 @@ class OperatorConfig:
     """Where the operator serves its own /metrics (fleet state per pool and model, for the
     shipped PodMonitor's ``metrics`` port); 0: not served."""
 
+    gateway_namespace: str = "tokenfleet-system"
+    """The namespace the gateway runs in, where ModelRoutes' remote key Secrets must be (their
+    RemotesReady condition). The chart sets it to the release namespace from the downward API;
+    the default is the namespace the install docs, manifests/ and the local platform use."""
+
     @classmethod
     def from_env(cls) -> OperatorConfig:
         return cls(
@@ -37,4 +42,5 @@ class OperatorConfig:
                 os.environ.get("TOKENFLEET_ANALYSIS_WINDOW_SECONDS", "60")
             ),
             metrics_port=int(os.environ.get("TOKENFLEET_METRICS_PORT", "0")),
+            gateway_namespace=os.environ.get("TOKENFLEET_GATEWAY_NAMESPACE") or "tokenfleet-system",
         )

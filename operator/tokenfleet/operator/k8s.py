@@ -168,6 +168,26 @@ class Kube:
         encoded = ((items[0].get("data") or {}) if items else {}).get(key)
         return base64.b64decode(encoded) if encoded else None
 
+    def secret_keys(self, namespace: str, name: str) -> frozenset[str] | None:
+        """The names of one Secret's non-empty keys, never their values; None when the Secret
+        does not exist.
+
+        For ModelRoutes' remotes: whether the key the gateway will read from its mount is there.
+        Asked for by name (a field-selected list, as :meth:`trust_key`: the chart grants
+        ``list``, not ``get``); the values are dropped here, so no key reaches status or logs.
+        """
+        reply = self._send(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/secrets",
+            body=None,
+            content_type="application/json",
+            query=[("fieldSelector", f"metadata.name={name}")],
+        )
+        items = (reply or {}).get("items") or []
+        if not items:
+            return None
+        return frozenset(str(k) for k, v in (items[0].get("data") or {}).items() if v)
+
     def apply(self, manifest: dict[str, Any]) -> None:
         """Server-side apply: idempotent, and conflicts with other managers are ours to win."""
         meta = manifest["metadata"]

@@ -26,7 +26,7 @@ from tokenfleet.api.base import Condition, Model, rfc3339
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import AutoscalingStatus, InferencePoolSpec, InferencePoolStatus
 from tokenfleet.api.route import ModelRouteSpec, ModelRouteStatus
-from tokenfleet.operator import evidence, k8s, tenant_inputs
+from tokenfleet.operator import evidence, k8s, route_inputs, tenant_inputs
 from tokenfleet.operator.adapter_verifier import AdapterVerifier
 from tokenfleet.operator.config import OperatorConfig
 from tokenfleet.operator.exporter import Exporter
@@ -264,8 +264,12 @@ class Reconciler:
 
     async def _report_routes(self, now: datetime.datetime) -> None:
         """Each ModelRoute's Ready: its targets served in its namespace, its classifier's
-        ConfigMap found, labelled and parseable (plan.route_status)."""
+        ConfigMap found, labelled and parseable; and RemotesReady: its remotes' key Secrets
+        found in the gateway's namespace (plan.route_status)."""
         routes = list(_bodies(self.indexes.routes)) if self.indexes.routes else []
+        inputs = route_inputs.Reader(
+            kube=self.kube, gateway_namespace=self.config.gateway_namespace
+        )
         by_ns: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
         for body in _bodies(self.indexes.models):
             by_ns.setdefault(body["metadata"]["namespace"], ([], []))[0].append(body)
@@ -274,10 +278,14 @@ class Reconciler:
         for body in routes:
             models, adapters = by_ns.get(body["metadata"]["namespace"], ([], []))
             served = route_status.served_in(models, adapters)
-            await self._guarded(body, self._report_route(body, served, now))
+            await self._guarded(body, self._report_route(body, served, inputs, now))
 
     async def _report_route(
-        self, body: dict[str, Any], served: route_status.Served, now: datetime.datetime
+        self,
+        body: dict[str, Any],
+        served: route_status.Served,
+        inputs: route_inputs.Reader,
+        now: datetime.datetime,
     ) -> None:
         meta = body["metadata"]
         try:
@@ -285,21 +293,13 @@ class Reconciler:
         except pydantic.ValidationError as exc:
             await self._invalid(body, exc, now)
             return
-        found = None
-        if spec.classifier is not None:
-            raw = await asyncio.to_thread(
-                self.kube.config_map_found, meta["namespace"], spec.classifier.config_map
-            )
-            found = route_status.Found(
-                data=(raw.get("data") or {}) if raw is not None else None,
-                labels=((raw or {}).get("metadata") or {}).get("labels") or {},
-            )
         status, events = route_status.plan(
             spec=spec,
             generation=meta.get("generation"),
             old=_status_of(ModelRouteStatus, body),
             served=served,
-            found=found,
+            found=await inputs.classifier(meta["namespace"], spec),
+            secrets=await inputs.key_secrets(spec),
             now=now,
         )
         await self._report(body, "ModelRoute", status.to_wire(), events, now)

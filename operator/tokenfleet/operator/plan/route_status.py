@@ -1,4 +1,5 @@
-"""A ModelRoute's status (pure): whether every target is served and the classifier loads.
+"""A ModelRoute's status (pure): whether every target is served, the classifier loads and the
+remotes' keys exist.
 
 Ready is decided in this order, the first failing check giving its reason::
 
@@ -12,6 +13,19 @@ Ready is decided in this order, the first failing check giving its reason::
 
 A classifier problem does not stop the gateway serving the route (its score rules do not
 match), but it is not the route its author wrote, so Ready is False until it is fixed.
+
+RemotesReady, only on a route with ``spec.remotes`` (absent otherwise: nothing to be ready),
+says whether each remote's key can reach the gateway. Keys live in Secrets of the gateway's
+namespace that the chart mounts into its pods (``gateway.remoteKeySecrets``); the gateway never
+reads Secrets through the API, so the operator checks what it can see, per remote in order::
+
+    its apiKeySecret does not exist there       ─▶ KeySecretNotFound
+    the Secret lacks the key (or it is empty)   ─▶ KeyMissing
+    every remote's key found                    ─▶ KeysFound
+
+Whether the chart mounts the Secret the operator cannot see: the gateway reports a remote
+whose key is not mounted. RemotesReady does not change Ready: the local targets still serve,
+and a remote without its key is skipped.
 """
 
 from __future__ import annotations
@@ -22,8 +36,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tokenfleet.api import classifier_weights, labels
-from tokenfleet.api.route import ModelRouteSpec, ModelRouteStatus
-from tokenfleet.operator.plan.reporting import Event, changed_to, condition
+from tokenfleet.api.route import ModelRouteSpec, ModelRouteStatus, Remote
+from tokenfleet.operator.plan.reporting import Event, changed_to, condition, names
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,6 +46,19 @@ class Found:
 
     data: Mapping[str, str] | None = None
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+#: Reasons of the RemotesReady condition (present only on routes with remotes).
+REMOTES_READY_REASONS = ("KeysFound", "KeySecretNotFound", "KeyMissing")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class KeySecrets:
+    """The remotes' key Secrets as read in the gateway's namespace: Secret name → the names of
+    its non-empty keys, None (or absent) when the Secret does not exist. Never their values."""
+
+    namespace: str
+    keys: Mapping[str, frozenset[str] | None] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,6 +136,47 @@ def readiness(spec: ModelRouteSpec, served: Served, found: Found | None) -> tupl
     return True, "TargetsFound", f"routes to {', '.join(sorted(targets))}"
 
 
+def _key_problem(remote: Remote, secrets: KeySecrets) -> tuple[str, str] | None:
+    """(reason, message) when the remote's key is not where the gateway's mount would read it."""
+    ref = remote.api_key_secret
+    where = f"Secret {secrets.namespace}/{ref.name}"
+    listed = f"list {ref.name} in the chart's gateway.remoteKeySecrets"
+    keys = secrets.keys.get(ref.name)
+    if keys is None:
+        return (
+            "KeySecretNotFound",
+            f"remote {remote.name}: {where} does not exist: create it with the remote's bearer "
+            f"token under key {ref.key!r} and {listed}",
+        )
+    if ref.key not in keys:
+        return (
+            "KeyMissing",
+            f"remote {remote.name}: {where} has no key {ref.key!r} (or it is empty): put the "
+            f"remote's bearer token there ({listed} too, if it is not yet)",
+        )
+    return None
+
+
+def remotes_readiness(spec: ModelRouteSpec, secrets: KeySecrets) -> tuple[bool, str, str] | None:
+    """(ready, reason, message) of the RemotesReady condition; None when the route has no
+    remotes. The reason is the first failing remote's; the message names every one."""
+    if not spec.remotes:
+        return None
+    problems = [p for r in spec.remotes if (p := _key_problem(r, secrets)) is not None]
+    if problems:
+        text = "; ".join(message for _, message in problems)
+        return False, problems[0][0], f"{text}. Until then requests do not spill there"
+    found = names(
+        f"{r.name} ({r.api_key_secret.name}/{r.api_key_secret.key})" for r in spec.remotes
+    )
+    return (
+        True,
+        "KeysFound",
+        f"key Secrets found in {secrets.namespace} for {found}; the gateway reads them where "
+        "the chart's gateway.remoteKeySecrets mounts them",
+    )
+
+
 def plan(
     *,
     spec: ModelRouteSpec,
@@ -116,28 +184,35 @@ def plan(
     old: ModelRouteStatus | None,
     served: Served,
     found: Found | None,
+    secrets: KeySecrets,
     now: datetime.datetime,
 ) -> tuple[ModelRouteStatus, list[Event]]:
-    """The status to write and the events to post (one when Ready changes, or its reason)."""
+    """The status to write and the events to post (one when Ready or RemotesReady changes, or
+    its reason)."""
     old_conditions: Sequence[Any] = old.conditions if old else ()
-    ready, reason, message = readiness(spec, served, found)
+    decided = {"Ready": readiness(spec, served, found)}
+    remotes = remotes_readiness(spec, secrets)
+    if remotes is not None:
+        decided["RemotesReady"] = remotes
     conditions = [
         condition(
             old_conditions,
-            type="Ready",
+            type=kind,
             status=ready,
             reason=reason,
             message=message,
             now=now,
             generation=generation,
         )
+        for kind, (ready, reason, message) in decided.items()
     ]
     status = ModelRouteStatus(observed_generation=generation, conditions=conditions)
     events = []
-    broke = changed_to(old_conditions, conditions, "Ready", "False")
-    if broke is not None:
-        events.append(Event(type="Warning", reason=broke.reason, message=broke.message))
-    healed = changed_to(old_conditions, conditions, "Ready", "True")
-    if healed is not None:
-        events.append(Event(type="Normal", reason=healed.reason, message=healed.message))
+    for kind in decided:
+        broke = changed_to(old_conditions, conditions, kind, "False")
+        if broke is not None:
+            events.append(Event(type="Warning", reason=broke.reason, message=broke.message))
+        healed = changed_to(old_conditions, conditions, kind, "True")
+        if healed is not None:
+            events.append(Event(type="Normal", reason=healed.reason, message=healed.message))
     return status, events
