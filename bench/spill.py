@@ -79,7 +79,6 @@ def gateway(tmp: Path, name: str, config: dict[str, Any], env: dict[str, str]) -
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     argv = [sys.executable, "-m", "tokenfleet.gateway", "--port", str(port), "--config", str(path)]
-    argv += ["--no-access-log"]
     proc = start(argv, tmp / f"{name}.log", {"TOKENFLEET_SALT_SECRET": "bench", **env})
     wait_port(port)
     return proc, f"http://127.0.0.1:{port}"
@@ -213,6 +212,7 @@ async def drive(url: str, sims: Sims, *, rate: float, seconds: float) -> list[di
             due = i / rate
             while pending and pending[0] <= due:
                 at = pending.pop(0)
+                await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))  # at its time, not before
                 await asyncio.to_thread(actions[at])
                 print(f"  t={at:4.1f}s  {EVENTS[at]}", flush=True)
             await asyncio.sleep(max(0.0, t0 + due - time.monotonic()))
@@ -246,14 +246,14 @@ def report(label: str, rows: list[dict[str, Any]], seconds: float) -> None:
             print(
                 f"  TTFT {target:<16} p50 {statistics.median(ttfts) * 1000:6.1f} ms  p99 {p99 * 1000:6.1f} ms"
             )
-    back = [r for r in rows if r["t"] >= 28.0]
-    first_local = next(
-        (r["t"] for r in sorted(back, key=lambda r: r["t"]) if r["target"] == "local"), None
-    )
-    if first_local is not None:
-        print(
-            f"  first request served locally again: {first_local - 28.0:.1f} s after the pool came back"
-        )
+    for name, at, where in (
+        ("region-b", REGION_BACK, "remote/region-b"),
+        ("the local pool", LOCAL_BACK, "local"),
+    ):
+        back = sorted((r for r in rows if r["t"] >= at), key=lambda r: r["t"])
+        first = next((r["t"] for r in back if r["target"] == where), None)
+        if first is not None:
+            print(f"  first request served by {name} again: {first - at:.1f} s after it came back")
     failures = collections.Counter(str(r["status"]) for r in rows if r["target"] == "error")
     if failures:
         print(f"  failures by status: {dict(failures)}")

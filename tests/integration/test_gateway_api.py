@@ -159,7 +159,11 @@ def test_cache_salt_is_overwritten_server_side(gateway: Gateway, sim: Sim) -> No
     client(gateway, KEY_B).chat.completions.create(
         model="chat-model", messages=MESSAGES, max_tokens=2, extra_body=body
     )
-    expected = cache_salt(secret=b"test-salt-secret", tenant="team-b", group="evals")
+    # the caller's salt is mixed into the tenant's (it can only split its own cache), never sent
+    expected = cache_salt(
+        secret=b"test-salt-secret", tenant="team-b", group="evals", caller="victim-salt"
+    )
+    assert expected != cache_salt(secret=b"test-salt-secret", tenant="team-b", group="evals")
     deadline = time.monotonic() + 5
     while expected not in sim.log.read_text() and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -4,7 +4,8 @@ The revision is chosen once (operator weights, or the ``X-TokenFleet-Revision`` 
 request is served by one revision end to end. Each attempt asks the routing core for an
 endpoint this request has not tried. A failure is retried only while nothing has reached the
 client (proxy raises UpstreamFailed exactly then), only if another endpoint may do better
-(connect error, 5xx, 429), only within ``max_attempts``, the retry budget and the deadline,
+(connect error, 5xx, 429) and one is left to try, only within ``max_attempts``, the retry
+budget and the deadline,
 after a jittered backoff. A stream that breaks after its first byte ends with an error event
 and is never retried: the client already holds part of an answer.
 
@@ -155,6 +156,8 @@ async def serve(
                 )
         except proxy.UpstreamFailed as failed:
             failure = failed.rejected
+            if model.adapter is None and _none_left(plan, failed_on | {endpoint.url}):
+                return failure  # nowhere else to try: the retry budget is kept for who can
             why = _retry(state, work, failed, url=endpoint.url, attempt=attempt, reloaded=reloaded)
             if why is None:
                 return failure
@@ -165,6 +168,13 @@ async def serve(
             failed_on |= {endpoint.url}
             await asyncio.sleep(router.backoff(attempt))
     return failure
+
+
+def _none_left(plan: _Plan, failed_on: frozenset[str]) -> bool:
+    """Every endpoint of the request's revision has failed it: a retry could go nowhere (and
+    must not spend the retry budget that a request with another endpoint, or a ModelRoute's
+    spill, needs)."""
+    return all(e.url in failed_on for e in plan.group.endpoints)
 
 
 def _route(

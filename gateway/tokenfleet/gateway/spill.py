@@ -136,8 +136,9 @@ async def spill(
             return answered
         _count(state, ask, remote, rules.FAILED)
         tried.append(f"{remote.name}: {answered}")
+    log["spill_tried"] = "; ".join(tried)
     return dataclasses.replace(
-        ask.local, message=f"{ask.local.message} (spill tried: {'; '.join(tried)})"
+        ask.local, message=f"{ask.local.message} (spill tried: {log['spill_tried']})"
     )
 
 
