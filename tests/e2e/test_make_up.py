@@ -1,8 +1,9 @@
 """The README's journey on the whole local platform: `up` starts everything (control plane,
 simulated GPU nodes, operator, Redis, gateway, dev tenant, examples) and prints how to use it;
 the printed gateway and dev key answer the openai SDK; the remote region and the provider
-(host processes in both modes) answer with the keys the stack generated; `down` leaves no
-process behind.
+(host processes in both modes) answer with the keys the stack generated; with the gateway as a
+host process, a ModelRoute whose remote is region-b goes on answering through it while the
+whole example pool is lost, and comes back to the pool after; `down` leaves no process behind.
 
 Twice: as `make up` runs it (a real node, TokenFleet installed from the chart as pods on it) and
 without the real node (operator, Redis and gateway as host processes)."""
@@ -15,6 +16,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -103,11 +105,79 @@ def test_up_serves_the_examples_through_the_gateway_and_down_cleans_up(
         counts = wait_for("the example pool's replicas all ready", settled, timeout=120)
         assert counts["desired"] >= 9
         assert "llama-3.1-8b-instruct" in [m.id for m in client.models.list()]
+        if not real_node:  # a pod cannot reach the host's loopback, where region-b listens
+            a_lost_pool_spills_to_region_b_and_returns(client, info, env)
     finally:
         down = devstack("down", "--state-dir", str(state))
     assert down.returncode == 0, down.stdout + down.stderr
     for name, pid in {"stack": info["pid"], **info["children"]}.items():
         assert wait_for(f"{name} to exit", lambda pid=pid: not alive(pid), timeout=30)
+
+
+def a_lost_pool_spills_to_region_b_and_returns(
+    client: openai.OpenAI, info: dict[str, Any], env: dict[str, str]
+) -> None:
+    """The whole example pool lost (every node cordoned, every worker pod deleted): a route
+    with region-b as its remote keeps answering through it, saying so; the nodes back, its
+    answers come from the local pool again."""
+    region_b = info["remotes"]["region-b"]
+    route = {
+        "apiVersion": "tokenfleet.io/v1alpha1",
+        "kind": "ModelRoute",
+        "metadata": {"name": "demo-auto", "namespace": "default"},
+        "spec": {
+            "name": "demo-auto",
+            "defaultTargets": [{"model": "llama-3.1-8b-instruct"}],
+            "remotes": [
+                {
+                    "name": "region-b",
+                    "kind": "Gateway",
+                    "baseUrl": region_b,
+                    "model": "chat-auto",  # what region-b grants the region-a key
+                    "apiKeySecret": {"name": "region-b-key"},
+                }
+            ],
+        },
+    }
+
+    def kubectl(*args: str, stdin: str | None = None) -> str:
+        done = subprocess.run(
+            [str(BIN_DIR / "kubectl"), *args],
+            input=stdin, capture_output=True, text=True, env=env, check=True,
+        )  # fmt: skip
+        return done.stdout
+
+    def served_by() -> str | None:
+        try:
+            raw = client.chat.completions.with_raw_response.create(
+                model="demo-auto", messages=[{"role": "user", "content": "Hello"}], max_tokens=3
+            )
+        except openai.APIError:
+            return None
+        return raw.headers.get("X-TokenFleet-Target", "local") + "|" + raw.parse().model
+
+    kubectl("apply", "-f", "-", stdin=json.dumps(route))
+    assert wait_for("the route served locally", served_by, timeout=60, every=1.0) == (
+        "local|llama-3.1-8b-instruct"
+    )
+    nodes = kubectl("get", "nodes", "-o", "name").split()
+    kubectl("cordon", *nodes)
+    kubectl("delete", "pods", "-n", "default", "-l", "tokenfleet.io/pool=chat-h100", "--wait=false")
+    spilled = wait_for(
+        "the route to spill to region-b",
+        lambda: (who := served_by()) and who.startswith("remote/region-b") and who,
+        timeout=90,
+        every=0.5,
+    )
+    assert spilled in ("remote/region-b|chat-small", "remote/region-b|chat-large")
+    assert all((served_by() or "").startswith("remote/region-b|") for _ in range(5))
+    kubectl("uncordon", *nodes)
+    wait_for(
+        "traffic back on the local pool",
+        lambda: served_by() == "local|llama-3.1-8b-instruct",
+        timeout=180,
+        every=1.0,
+    )
 
 
 def remotes_answer(state: Path, urls: dict[str, str], printed: str) -> None:
