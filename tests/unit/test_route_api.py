@@ -58,5 +58,7 @@ def test_a_cost_ceiling_alone_is_a_rule() -> None:
 def test_kubectl_shows_name_default_targets_and_ready() -> None:
     kind = next(k for k in crd.KINDS if k.kind == "ModelRoute")
     assert kind.short_names[0] == "tfroute"
-    assert [c.name for c in kind.columns] == ["Model", "Default", "Targets", "Ready", "Age"]
-    assert next(c for c in kind.columns if c.name == "Targets").priority == 1  # -o wide
+    names = [c.name for c in kind.columns]
+    assert names == ["Model", "Default", "Targets", "Ready", "Remotes", "RemotesReady", "Age"]
+    wide = {c.name for c in kind.columns if c.priority == 1}  # -o wide
+    assert wide == {"Targets", "Remotes", "RemotesReady"}

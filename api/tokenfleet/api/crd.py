@@ -168,6 +168,18 @@ KINDS: tuple[Kind, ...] = (
                 priority=1,
             ),
             _ready(),
+            Column(
+                name="Remotes",
+                json_path=".spec.remotes[*].name",
+                description="Where requests the local targets refuse spill, in order.",
+                priority=1,
+            ),
+            Column(
+                name="RemotesReady",
+                json_path='.status.conditions[?(@.type=="RemotesReady")].status',
+                description="Every remote's key Secret and key exist in the gateway's namespace.",
+                priority=1,
+            ),
             _age(),
         ),
     ),

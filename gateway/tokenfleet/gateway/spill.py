@@ -223,7 +223,9 @@ async def _try(
         served_by=str(body["model"]),
         served_by_header=MODEL_HEADER if remote.kind == "Gateway" else "",
     )
-    if not state.remotes.take(route, remote):
+    if not state.remotes.take(route, remote):  # filled up while the budget was asked
+        if hold is not None:
+            await state.budgets.settle(hold, used=0)
         return rules.SKIPPED_BUSY
     gauge = state.metrics.spill.in_flight.labels(ask.entry.namespace, ask.entry.name, remote.name)
     gauge.inc()
