@@ -126,9 +126,14 @@ def start_all(tmp: Path, *, with_remotes: bool) -> tuple[list[Any], Sims, str, s
     procs.append(start(argv, tmp / "provider.log"))
     wait_port(provider_port)
     keys = tmp / "keys"
+    bound = {
+        "region-b-key": region_url + "/v1",
+        "provider-key": f"http://127.0.0.1:{provider_port}/v1",
+    }
     for name, value in (("region-b-key", REGION_KEY), ("provider-key", PROVIDER_KEY)):
         (keys / name).mkdir(parents=True, exist_ok=True)
         (keys / name / "api-key").write_text(value)
+        (keys / name / "base-url").write_text(bound[name])
     remotes = [
         {
             "name": "region-b",

@@ -416,6 +416,9 @@ def _remotes_ready_follows_the_key_secrets(cluster: Cluster, ns: str, served: st
         missing = wait_for("the missing key reported", lambda: reason("KeyMissing"), 60)
         assert "no key 'api-key'" in missing["message"]
         cluster.apply({**key_secret, "stringData": {"api-key": value}})
+        unbound = wait_for("the unbound key reported", lambda: reason("KeyUnbound"), 60)
+        assert "no key 'base-url'" in unbound["message"]
+        cluster.apply({**key_secret, "stringData": {"api-key": value, "base-url": "x"}})
         found = wait_for("the key found", lambda: reason("KeysFound"), 60)
         assert found["status"] == "True" and f"{secret}/api-key" in found["message"]
         assert _route_ready(cluster, ns, "spill")["reason"] == "TargetsFound"

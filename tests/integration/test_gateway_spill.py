@@ -167,9 +167,15 @@ def gateway(
     root: Path, redis: Redis, region: Region, provider: str, local_sims: dict[str, Sim]
 ) -> Iterator[Gateway]:
     keys = root / f"keys-{free_port()}"
+    bound = {"region-b-key": region.gateway.url + "/v1", "provider-key": provider}
     for name, value in (("region-b-key", REGION_KEY), ("provider-key", PROVIDER_KEY)):
         (keys / name).mkdir(parents=True)
         (keys / name / "api-key").write_text(value + "\n")
+        (keys / name / "base-url").write_text(bound[name] + "\n")  # where it may be sent
+    # a key bound elsewhere: a route that names it with another URL gets nothing
+    (keys / "elsewhere-key").mkdir()
+    (keys / "elsewhere-key" / "api-key").write_text("sk-not-for-you")
+    (keys / "elsewhere-key" / "base-url").write_text("https://somewhere.example.com/v1")
     slow = start_sim(root, "busy-model", "--inter-token-latency", "50ms", "--max-num-seqs", "1")
     cm = example("classifier-configmap.yaml")
     chat_auto = {**route_rules(), "remotes": remotes(region, provider)}
@@ -177,7 +183,7 @@ def gateway(
         {
             "name": n,
             "apiKeyHashes": [key_hash(k)],
-            "allowedModels": ["chat-auto", "chat-busy", "chat-nokey"],
+            "allowedModels": ["chat-auto", "chat-busy", "chat-nokey", "chat-steal"],
         }
         for n, k in (("acme", KEY), ("thrifty", THRIFTY_KEY))
     ]
@@ -207,6 +213,13 @@ def gateway(
                 "name": "chat-nokey",
                 "defaultTargets": [{"model": "chat-small"}],
                 "remotes": [{**remotes(region, provider)[0], "apiKeySecret": {"name": "absent"}}],
+            },
+            {  # a route author pointing another's key at their own server
+                "name": "chat-steal",
+                "defaultTargets": [{"model": "chat-small"}],
+                "remotes": [
+                    {**remotes(region, provider)[0], "apiKeySecret": {"name": "elsewhere-key"}}
+                ],
             },
         ],
         "configMaps": {cm["metadata"]["name"]: cm["data"]},
@@ -415,4 +428,21 @@ def test_a_remote_without_its_key_mounted_is_skipped_and_said(
     assert "region-b: no_key" in str(refused.value.message)
     assert metric(gateway, names.SPILLS, route="chat-nokey", outcome="no_key") == 1
     log = gateway.log.read_text()
-    assert log.count("remote region-b is never tried, its key file") == 1, log[-2000:]
+    assert log.count("remote region-b is never tried: its key file") == 1, log[-2000:]
+
+
+def test_a_key_goes_only_to_the_url_its_secret_binds_it_to(
+    gateway: Gateway, region: Region, local_sims: dict[str, Sim]
+) -> None:
+    """A route naming a mounted key with a URL its Secret does not list gets no key: the remote
+    is skipped (region-b, here, never hears of the request), and the log says why once."""
+    for s in local_sims.values():
+        s.kill()
+    seen_before = metric(region.gateway, names.REQUESTS, tenant="region-a")
+    with pytest.raises(openai.APIStatusError) as refused:
+        ask(gateway, model="chat-steal")
+    assert "region-b: no_key" in str(refused.value.message)
+    assert metric(region.gateway, names.REQUESTS, tenant="region-a") == seen_before
+    log = gateway.log.read_text()
+    assert log.count("Secret elsewhere-key does not bind its key to") == 1, log[-2000:]
+    assert "sk-not-for-you" not in log

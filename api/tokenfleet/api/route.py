@@ -463,7 +463,8 @@ class ModelRouteStatus(Model):
     TargetsFound); else False with TargetNotFound, NameConflict (spec.name is also a served
     model's name), ClassifierNotFound or ClassifierInvalid. A route with remotes also has
     RemotesReady: True (KeysFound) when every remote's key Secret and key exist in the
-    gateway's namespace, else False (KeySecretNotFound, KeyMissing)."""
+    gateway's namespace and the key is bound to a URL, else False (KeySecretNotFound,
+    KeyMissing, KeyUnbound)."""
 
     observed_generation: int | None = observed_generation_field()
     conditions: list[Condition] = conditions_field()

@@ -12,7 +12,9 @@ Each key is generated once into ``<state>/remote-keys/<secret>/api-key`` (0600):
 the chart mounts at /var/run/tokenfleet/remote-keys, so a host-process gateway reads them from
 there (``TOKENFLEET_REMOTE_KEYS_DIR``). The same values go into Secrets ``region-b-key`` and
 ``provider-key`` in the gateway's namespace, for the chart's mount (``gateway.remoteKeySecrets``)
-and the operator's RemotesReady. Region-b's static file holds only its key's hash.
+and the operator's RemotesReady. Beside each key, ``base-url`` binds it to the one URL it may be
+sent to (the gateway sends a key nowhere else: docs/routes.md, Spill), written on every start
+(the ports may change). Region-b's static file holds only its key's hash.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ REGION_B_SECRET = "region-b-key"  # noqa: S105 - a Secret's name, not a secret
 PROVIDER_SECRET = "provider-key"  # noqa: S105 - a Secret's name, not a secret
 SECRETS = (REGION_B_SECRET, PROVIDER_SECRET)
 KEY = "api-key"
+BASE_URL = "base-url"  # the URL each key is bound to (tokenfleet.gateway.remotes.BASE_URL_KEY)
 #: Region-b serves the example's targets; the provider the model its remote asks for.
 REGION_B_MODELS = ("chat-small", "chat-large")
 PROVIDER_MODEL = "provider-large"
@@ -76,8 +79,24 @@ def ensure_key(state_dir: Path, secret: str, *, make: Callable[[], str] = keys.n
 APPLY = ("apply", "--server-side", "--field-manager=tokenfleet-devstack", "-f", "-")
 
 
+def bind(state_dir: Path, secret: str, url: str) -> None:
+    """Bind ``secret``'s key to ``url``: the only base URL the gateway will send it to."""
+    path = keys_dir(state_dir) / secret / BASE_URL
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(url)
+
+
+def _data(state_dir: Path, secret: str) -> dict[str, str]:
+    folder = keys_dir(state_dir) / secret
+    values = {KEY: ensure_key(state_dir, secret)}
+    if (folder / BASE_URL).exists():
+        values[BASE_URL] = (folder / BASE_URL).read_text().strip()
+    return {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
+
+
 def key_secrets(state_dir: Path, namespace: str) -> dict[str, Any]:
-    """The Secrets the example's remotes name, holding the keys the stack generated (a List)."""
+    """The Secrets the example's remotes name, holding the keys the stack generated and the
+    URL each is bound to (a List)."""
     items = [
         {
             "apiVersion": "v1",
@@ -88,7 +107,7 @@ def key_secrets(state_dir: Path, namespace: str) -> dict[str, Any]:
                 "labels": {"app.kubernetes.io/part-of": "tokenfleet-devstack"},
             },
             "type": "Opaque",
-            "data": {KEY: base64.b64encode(ensure_key(state_dir, secret).encode()).decode()},
+            "data": _data(state_dir, secret),
         }
         for secret in SECRETS
     ]
@@ -174,10 +193,10 @@ def plan(*, state_dir: Path, bin_dir: Path, ports: Ports, examples: Path) -> Rem
         ],
         health_url=f"http://127.0.0.1:{ports.provider}/healthz",
     )
-    return Remotes(
-        components=[*engines.values(), gateway, provider_engine, provider],
-        urls={
-            REGION_B: f"http://127.0.0.1:{ports.region_b}/v1",
-            PROVIDER: f"http://127.0.0.1:{ports.provider}/v1",
-        },
-    )
+    urls = {
+        REGION_B: f"http://127.0.0.1:{ports.region_b}/v1",
+        PROVIDER: f"http://127.0.0.1:{ports.provider}/v1",
+    }
+    bind(state_dir, REGION_B_SECRET, urls[REGION_B])
+    bind(state_dir, PROVIDER_SECRET, urls[PROVIDER])
+    return Remotes(components=[*engines.values(), gateway, provider_engine, provider], urls=urls)

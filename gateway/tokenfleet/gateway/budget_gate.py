@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from typing import Any
 
-from tokenfleet.api import budget
+from tokenfleet.api import budget, cost
 from tokenfleet.api.tenant import Budget
 from tokenfleet.gateway import budget_store
 from tokenfleet.gateway.placement import Admitted, place
@@ -33,18 +33,18 @@ DOWNGRADE_HEADER = "X-TokenFleet-Downgraded-From"
 NO_HOLD = budget_store.Held(key="", amount=0, ttl=0)
 
 
-def worst_case(spec: Budget, admitted: Admitted) -> int:
+def worst_case(spec: Budget, admitted: Admitted, also: Sequence[cost.Rate] = ()) -> int:
     """The most the request can cost ``spec``: all of ``max_tokens`` generated, on the dearest
-    pool it may be served by."""
-    targets = [t for t in (admitted.primary, admitted.fallback) if t is not None]
+    pool it may be served by, or the dearest of ``also`` (a ModelRoute's remotes' prices)."""
+    rates = [t.pool.rate for t in (admitted.primary, admitted.fallback) if t is not None]
     return max(
         budget.charge(
             spec,
             prompt_tokens=admitted.parsed.prompt_tokens,
             completion_tokens=admitted.max_tokens,
-            rate=t.pool.rate,
+            rate=rate,
         )
-        for t in targets
+        for rate in [*rates, *also]
     )
 
 
@@ -54,6 +54,7 @@ async def check(
     *,
     headers: MutableMapping[str, str],
     log: MutableMapping[str, Any],
+    also: Sequence[cost.Rate] = (),
 ) -> tuple[Admitted, budget_store.Held] | Rejected:
     """The request as it goes on (re-placed by a Downgrade) and what it holds, or the refusal;
     ``headers`` and ``log`` are the response's and the access log's."""
@@ -63,7 +64,7 @@ async def check(
     verdict, hold = await state.budgets.reserve(
         tenant=admitted.tenant.key,
         spec=spec,
-        amount=worst_case(spec, admitted),
+        amount=worst_case(spec, admitted, also),
         now=datetime.datetime.now(datetime.UTC),
     )
     if not verdict.serve:

@@ -33,6 +33,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tokenfleet.api import cost
 from tokenfleet.gateway import (
     attempts,
     budget_gate,
@@ -54,6 +55,7 @@ from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.policy.salt import cache_salt
 from tokenfleet.gateway.quota_store import Reservation
 from tokenfleet.gateway.route_catalog import RouteEntry
+from tokenfleet.gateway.spill import Spilled
 from tokenfleet.gateway.state import STATE, GatewayState
 
 FALLBACK_HEADER = "X-TokenFleet-Fallback-From"
@@ -97,7 +99,7 @@ class Completion:
         self.degraded = False  # admission lowered max_tokens under load
         self.capture_bytes = 0  # a streamed miss keeps its events for the response cache
         self.route: RouteEntry | None = None  # the ModelRoute that directed it, if one did
-        self.spilled: spill.Spilled | None = None  # a remote answered it
+        self.spilled: Spilled | None = None  # a remote answered it
 
     async def run(self) -> web.StreamResponse:
         """The answer, or the refusal rendered; a client that left is counted and logged."""
@@ -169,7 +171,7 @@ class Completion:
         hold: budget_store.Held | None = None
         try:
             budgeted = await budget_gate.check(  # ...its budget (may downgrade the model)...
-                self.state, admitted, headers=self.headers, log=self.log
+                self.state, admitted, headers=self.headers, log=self.log, also=self.remote_rates()
             )
             if isinstance(budgeted, Rejected):
                 self.ending = ("rejected", budgeted.reason.value)
@@ -272,7 +274,7 @@ class Completion:
             self.meter,
             request_id=self.request_id,
             tenant=admitted.tenant.key,
-            model=self.spilled.outcome.served_by if self.spilled else where.model.name,
+            model=self.spilled.model if self.spilled else where.model.name,
             pool=self.spilled.pool if self.spilled else where.pool.key,
             ending=(outcome, reason),
             prompt_estimate=admitted.parsed.prompt_tokens,
@@ -289,6 +291,7 @@ class Completion:
         )
         if spilled is not None:
             await spill.settle(self.state, spilled, record)
+            self.log["model"] = spilled.model
         self.log.update(
             prompt_tokens=record.prompt,
             completion_tokens=record.completion,
@@ -348,12 +351,21 @@ class Completion:
             headers=self.headers,
             meter=self.meter,
             log=self.log,
+            begin=self.spilling,
         )
         if isinstance(spilled, Rejected):
             return spilled
-        self.spilled = spilled
         self.log["pool"] = spilled.pool
         return Answered(target=admitted.primary, outcome=spilled.outcome, remote=spilled.label)
+
+    def spilling(self, to: Spilled | None) -> None:
+        """A remote has the request (None: that try failed before answering)."""
+        self.spilled = to
+
+    def remote_rates(self) -> list[cost.Rate]:
+        """The prices of the remotes the request may spill to (a budget's worst case)."""
+        entry = self.route
+        return [spill_rules.rate(r, entry.currency) for r in entry.remotes] if entry else []
 
     def ready(self, to: Target | None) -> bool:
         """Whether ``to`` has a ready replica in the current catalog."""
@@ -369,7 +381,12 @@ class Completion:
         self.log.update(pool=key, **{"class": cls})
         if not self.ready(to):
             # a route that spills when unavailable sends it to a warm remote, not a cold start
-            spills = self.route is not None and self.route.spills_on("Unavailable")
+            route = self.route
+            spills = (
+                route is not None
+                and route.spills_on("Unavailable")
+                and spill.usable(self.state, route)
+            )
             cold = await self.held(to, admitted.due, window=0.0 if spills else None)
             if cold is not None:
                 return cold
@@ -516,12 +533,12 @@ class Completion:
         model = served.model.name if served else str(self.log.get("model", ""))
         self.state.metrics.requests.labels(
             tenant=str(self.log.get("tenant", "")),
-            model=spilled.outcome.served_by if spilled else model,
+            model=spilled.model if spilled else model,
             **{"class": served.cls if served else str(self.log.get("class", ""))},
             outcome=outcome,
             reason=reason,
             namespace=pool.split("/", 1)[0] if "/" in pool else "",
-            revision=self.headers.get(attempts.REVISION_HEADER, ""),
+            revision="" if spilled else self.headers.get(attempts.REVISION_HEADER, ""),
         ).inc()
 
     def write_log(self) -> None:

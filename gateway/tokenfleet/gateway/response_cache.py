@@ -65,7 +65,11 @@ async def look_up(
         kind=parsed.kind,
         model=model.name,
         revision=decided.revision,
-        scope=cacheability.scope(tenant=admitted.tenant.key, group=admitted.tenant.cache_group),
+        scope=cacheability.scope(
+            tenant=admitted.tenant.key,
+            group=admitted.tenant.cache_group,
+            caller=salt if isinstance(salt := admitted.parsed.body.get("cache_salt"), str) else "",
+        ),
         max_tokens=admitted.max_tokens,
         body=parsed.body,
     )

@@ -23,7 +23,7 @@ import dataclasses
 import datetime
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -62,19 +62,27 @@ class Request:
     sent_locally: bool  # a local attempt reached an engine (a spill is then a retry)
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+@dataclasses.dataclass(slots=True, kw_only=True)
 class Spilled:
-    """A request a remote answered: what settlement needs."""
+    """A request sent to a remote: what the answer, the metrics and settlement need. It exists
+    from the moment the request goes out, so a client that leaves mid-way is settled as the
+    remote's (its spend hold included), not as the local pool's."""
 
     entry: RouteEntry
     remote: Remote
-    outcome: proxy.Outcome
     hold: budget_store.Held | None
+    asked: str  # the model name sent to the remote
+    outcome: proxy.Outcome = dataclasses.field(default_factory=proxy.Outcome)
 
     @property
     def label(self) -> str:
         """Names the remote as a target: X-TokenFleet-Target, the access log, metrics."""
         return f"remote/{self.remote.name}"
+
+    @property
+    def model(self) -> str:
+        """The model that answered (another gateway says which), else the one asked for."""
+        return self.outcome.served_by or self.asked
 
     @property
     def pool(self) -> str:
@@ -103,6 +111,10 @@ def spend_key(tenant: Tenant, entry: RouteEntry, remote: Remote) -> str:
     return f"{tenant.key}|spill|{entry.key}|{remote.name}"
 
 
+#: Response headers of the local attempt that do not describe a spilled answer.
+_LOCAL_ONLY = ("X-TokenFleet-Revision", "X-TokenFleet-Fallback-From")
+
+
 async def spill(
     state: GatewayState,
     ask: Request,
@@ -111,49 +123,56 @@ async def spill(
     headers: dict[str, str],
     meter: proxy.Meter,
     log: dict[str, Any],
+    begin: Callable[[Spilled | None], None],
 ) -> Spilled | Rejected:
-    """The first remote that answers, or the local refusal (saying what was tried)."""
+    """The first remote that answers, or the local refusal (saying what was tried).
+    ``begin`` hears of a request as it goes to a remote (None: that try failed before any
+    byte), so its caller settles a request whose client leaves mid-way as the remote's."""
     tried: list[str] = []  # what happened at each remote, for the refusal's message
     attempts = 0  # remotes actually sent the request (a skipped one is no retry)
     for remote in ask.entry.remotes:
-        skipped = _skip_reason(state, ask, remote, tried=attempts)
-        if skipped is not None:
-            _count(state, ask, remote, skipped)
-            tried.append(f"{remote.name}: {skipped}")
-            continue
-        hold = await _hold(state, ask, remote)
-        if hold is not None and hold.amount == 0 and _costs(ask, remote) > 0:
-            _count(state, ask, remote, rules.SKIPPED_BUDGET)
-            tried.append(f"{remote.name}: {rules.SKIPPED_BUDGET}")
-            continue
-        attempts += 1
-        answered = await _try(
-            state, ask, remote, hold, request=request, headers=headers, meter=meter
+        answered = await _at(
+            state,
+            ask,
+            remote,
+            attempts=attempts,
+            request=request,
+            headers=headers,
+            meter=meter,
+            begin=begin,
         )
         if isinstance(answered, Spilled):
             _count(state, ask, remote, rules.SERVED)
             log.update(target=answered.label, spill_reason=ask.local.reason.value)
             return answered
-        _count(state, ask, remote, rules.FAILED)
-        tried.append(f"{remote.name}: {answered}")
+        outcome, sent = answered
+        attempts += sent
+        _count(state, ask, remote, rules.FAILED if sent else outcome)
+        tried.append(f"{remote.name}: {outcome}")
     log["spill_tried"] = "; ".join(tried)
     return dataclasses.replace(
         ask.local, message=f"{ask.local.message} (spill tried: {log['spill_tried']})"
     )
 
 
-def _skip_reason(state: GatewayState, ask: Request, remote: Remote, *, tried: int) -> str | None:
-    """Why ``remote`` is not tried for this request (None: it is)."""
-    if state.remotes.key(remote) is None:
+def usable(state: GatewayState, entry: RouteEntry) -> bool:
+    """Some remote of the route could be tried now (its key is there, it is not ejected)."""
+    now = time.monotonic()
+    return any(
+        state.remotes.key(r, namespace=entry.namespace) is not None
+        and not state.remotes.ejected(entry.key, r, now=now)
+        for r in entry.remotes
+    )
+
+
+def _skip_reason(state: GatewayState, ask: Request, remote: Remote) -> str | None:
+    """Why ``remote`` is not tried for this request before its budget is asked (None: ask)."""
+    if state.remotes.key(remote, namespace=ask.entry.namespace) is None:
         return rules.SKIPPED_KEY
     if state.remotes.ejected(ask.entry.key, remote, now=time.monotonic()):
         return rules.SKIPPED_EJECTED
     if state.remotes.in_flight(ask.entry.key, remote) >= remote.max_concurrency:
         return rules.SKIPPED_BUSY
-    if rules.takes_retry(tried_remotes=tried, sent_locally=ask.sent_locally) and (
-        not state.router.try_retry(ask.parsed.model)
-    ):
-        return rules.SKIPPED_RETRIES
     return None
 
 
@@ -165,6 +184,7 @@ def _costs(ask: Request, remote: Remote) -> int:
         max_tokens=int(
             ask.engine_body.get("max_tokens", ask.engine_body.get("max_output_tokens", 0))
         ),
+        choices=ask.parsed.choices,
     )
 
 
@@ -183,7 +203,47 @@ async def _hold(state: GatewayState, ask: Request, remote: Remote) -> budget_sto
     return held if verdict.serve else dataclasses.replace(held, amount=0)
 
 
-async def _try(
+async def _release(state: GatewayState, hold: budget_store.Held | None) -> None:
+    if hold is not None:
+        await state.budgets.settle(hold, used=0)
+
+
+async def _at(
+    state: GatewayState,
+    ask: Request,
+    remote: Remote,
+    *,
+    attempts: int,
+    request: web.Request,
+    headers: dict[str, str],
+    meter: proxy.Meter,
+    begin: Callable[[Spilled | None], None],
+) -> Spilled | tuple[str, bool]:
+    """One remote's answer, or (why not, whether the request was sent there). The retry
+    budget is asked last, so a request skipped for its own budget takes no retry token."""
+    skipped = _skip_reason(state, ask, remote)
+    if skipped is not None:
+        return skipped, False
+    hold = await _hold(state, ask, remote)
+    if hold is not None and hold.amount == 0 and _costs(ask, remote) > 0:
+        return rules.SKIPPED_BUDGET, False
+    if rules.takes_retry(tried_remotes=attempts, sent_locally=ask.sent_locally) and (
+        not state.router.try_retry(ask.parsed.model)
+    ):
+        await _release(state, hold)
+        return rules.SKIPPED_RETRIES, False
+    if not state.remotes.take(ask.entry.key, remote):  # filled up while the budget was asked
+        await _release(state, hold)
+        return rules.SKIPPED_BUSY, False
+    try:
+        return await _sent(
+            state, ask, remote, hold, request=request, headers=headers, meter=meter, begin=begin
+        )
+    finally:
+        state.remotes.release(ask.entry.key, remote)
+
+
+async def _sent(
     state: GatewayState,
     ask: Request,
     remote: Remote,
@@ -192,19 +252,17 @@ async def _try(
     request: web.Request,
     headers: dict[str, str],
     meter: proxy.Meter,
-) -> Spilled | str:
-    """One remote's answer, or why it gave none (its cause)."""
-    key, route = state.remotes.key(remote), ask.entry.key
+    begin: Callable[[Spilled | None], None],
+) -> Spilled | tuple[str, bool]:
+    """The request at ``remote``: its answer relayed, or why it failed before any byte."""
+    key, route = state.remotes.key(remote, namespace=ask.entry.namespace), ask.entry.key
     assert key is not None and state.session is not None
     due = min(ask.due, time.monotonic() + remote.timeout_seconds)
     body = rules.remote_body(
         ask.engine_body, remote=remote, route_name=ask.entry.name, salt=ask.salt
     )
-    sent = {
-        **headers,
-        TARGET_HEADER: f"remote/{remote.name}",
-        REASON_HEADER: ask.local.reason.value,
-    }
+    sent = {k: v for k, v in headers.items() if k not in _LOCAL_ONLY}
+    sent.update({TARGET_HEADER: f"remote/{remote.name}", REASON_HEADER: ask.local.reason.value})
     upstream_headers = {
         "Content-Type": "application/json",
         "Authorization": f"Bearer {key}",
@@ -223,27 +281,29 @@ async def _try(
         served_by=str(body["model"]),
         served_by_header=MODEL_HEADER if remote.kind == "Gateway" else "",
     )
-    if not state.remotes.take(route, remote):  # filled up while the budget was asked
-        if hold is not None:
-            await state.budgets.settle(hold, used=0)
-        return rules.SKIPPED_BUSY
+    spilled = Spilled(entry=ask.entry, remote=remote, hold=hold, asked=call.served_by)
+    begin(spilled)  # from here on the caller settles it, whatever happens
     gauge = state.metrics.spill.in_flight.labels(ask.entry.namespace, ask.entry.name, remote.name)
     gauge.inc()
     try:
-        outcome = await proxy.forward(call, session=state.session, request=request, meter=meter)
+        spilled.outcome = await proxy.forward(
+            call, session=state.session, request=request, meter=meter
+        )
     except proxy.UpstreamFailed as failed:
-        if hold is not None:
-            await state.budgets.settle(hold, used=0)
-        if failed.retryable:  # down or failing, not refusing this request for what it is
+        begin(None)
+        await _release(state, hold)
+        # down or failing, or its own timeout (not the request's deadline) fired: ejected
+        if failed.retryable or (failed.cause == "deadline" and time.monotonic() < ask.due - 0.05):
             span = state.remotes.failed(route, remote, now=time.monotonic())
             log_failure(ask, remote, failed.cause, span)
-        return failed.cause
+        return failed.cause, True
     finally:
-        state.remotes.release(route, remote)
         gauge.dec()
     state.remotes.succeeded(route, remote)
+    for local in _LOCAL_ONLY:
+        headers.pop(local, None)
     headers.update({TARGET_HEADER: sent[TARGET_HEADER], REASON_HEADER: sent[REASON_HEADER]})
-    return Spilled(entry=ask.entry, remote=remote, outcome=outcome, hold=hold)
+    return spilled
 
 
 def log_failure(ask: Request, remote: Remote, cause: str, span: float) -> None:

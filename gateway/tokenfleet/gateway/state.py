@@ -85,11 +85,11 @@ class GatewayState:
                 labelled.add((entry.namespace, entry.name))
                 gauge.labels(entry.namespace, entry.name).set(0 if entry.classifier is None else 1)
             for remote in entry.remotes:
-                if self.remotes.key(remote) is None:
+                if why := self.remotes.problem(remote, namespace=entry.namespace):
                     problems.add(
-                        f"route {entry.key}: remote {remote.name} is never tried, its key file "
-                        f"{self.remotes.key_path(remote)} is missing or empty (list Secret "
-                        f"{remote.api_key_secret.name} in the chart's gateway.remoteKeySecrets)"
+                        f"route {entry.key}: remote {remote.name} is never tried: {why} (list "
+                        f"Secret {remote.api_key_secret.name} in the chart's "
+                        "gateway.remoteKeySecrets; docs/routes.md, Spill)"
                     )
             if entry.classifier_problem:
                 problems.add(

@@ -74,6 +74,9 @@ def test_the_estimate_is_the_most_the_request_may_cost() -> None:
     # micro-units: 1,000 prompt tokens × 0.5 + 200 max tokens × 1.5
     assert spill.estimate(priced, currency="USD", prompt_tokens=1000, max_tokens=200) == 800
     assert spill.estimate(remote(), currency="USD", prompt_tokens=1000, max_tokens=200) == 0
+    # n choices may each generate max_tokens: 1,000 × 0.5 + 2 × 200 × 1.5
+    two = spill.estimate(priced, currency="USD", prompt_tokens=1000, max_tokens=200, choices=2)
+    assert two == 1100
 
 
 def test_a_provider_gets_no_vllm_extension_and_its_own_model_name() -> None:
@@ -110,19 +113,63 @@ def test_the_url_joins_an_sdk_style_base(base: str, expected: str) -> None:
     assert spill.url(remote(baseUrl=base), "/v1/chat/completions") == expected
 
 
+def mount(
+    root: Path, secret: str, key: str, *, urls: str | None, namespaces: str | None = None
+) -> None:
+    """A Secret as the chart mounts it: its token, and where it may go."""
+    (root / secret).mkdir(exist_ok=True)
+    (root / secret / "api-key").write_text(key)
+    if urls is not None:
+        (root / secret / remotes.BASE_URL_KEY).write_text(urls)
+    if namespaces is not None:
+        (root / secret / remotes.NAMESPACES_KEY).write_text(namespaces)
+
+
 def test_keys_are_read_from_their_files_and_re_read_after_their_ttl(tmp_path: Path) -> None:
     known = remotes.Remotes(tmp_path)
     eu = remote()
-    assert known.key(eu, now=0.0) is None  # not mounted
-    (tmp_path / "eu-key").mkdir()
-    (tmp_path / "eu-key" / "api-key").write_text("sk-1\n")
-    assert known.key(eu, now=1.0) is None  # still the cached miss
-    assert known.key(eu, now=remotes.KEY_TTL_SECONDS) == "sk-1"
+    assert known.key(eu, namespace="ns", now=0.0) is None  # not mounted
+    mount(tmp_path, "eu-key", "sk-1\n", urls="https://eu.example.com/v1/\n")
+    assert known.key(eu, namespace="ns", now=1.0) is None  # still the cached miss
+    assert known.key(eu, namespace="ns", now=remotes.KEY_TTL_SECONDS) == "sk-1"
     (tmp_path / "eu-key" / "api-key").write_text("sk-2")  # kubelet swapped the Secret
-    assert known.key(eu, now=remotes.KEY_TTL_SECONDS + 1) == "sk-1"
-    assert known.key(eu, now=2 * remotes.KEY_TTL_SECONDS + 1) == "sk-2"
+    assert known.key(eu, namespace="ns", now=remotes.KEY_TTL_SECONDS + 1) == "sk-1"
+    assert known.key(eu, namespace="ns", now=2 * remotes.KEY_TTL_SECONDS + 1) == "sk-2"
     (tmp_path / "eu-key" / "api-key").write_text("  \n")
-    assert known.key(eu, now=4 * remotes.KEY_TTL_SECONDS) is None  # empty: no key
+    assert known.key(eu, namespace="ns", now=4 * remotes.KEY_TTL_SECONDS) is None  # empty
+
+
+@pytest.mark.parametrize(
+    ("urls", "namespaces", "namespace", "given", "why"),
+    [
+        pytest.param("https://eu.example.com/v1", None, "ns", True, "", id="bound-any-namespace"),
+        pytest.param(
+            "https://other.example.com/v1\nhttps://eu.example.com/v1",
+            "a\nns\n",
+            "ns",
+            True,
+            "",
+            id="one-of-several-urls-and-listed-namespace",
+        ),
+        pytest.param(
+            "https://evil.example.com/v1", None, "ns", False, "does not bind", id="other-url"
+        ),
+        pytest.param(None, None, "ns", False, "does not bind", id="bound-to-nothing"),
+        pytest.param(
+            "https://eu.example.com/v1", "team-a", "ns", False, "not for routes", id="namespace"
+        ),
+    ],
+)
+def test_a_key_goes_only_where_its_secret_binds_it(
+    tmp_path: Path, urls: str | None, namespaces: str | None, namespace: str, given: bool, why: str
+) -> None:
+    """A route author cannot point a route at their own server and name someone's mounted key."""
+    mount(tmp_path, "eu-key", "sk-1", urls=urls, namespaces=namespaces)
+    known, eu = remotes.Remotes(tmp_path), remote()
+    assert (known.key(eu, namespace=namespace, now=0.0) == "sk-1") is given
+    problem = known.problem(eu, namespace=namespace, now=0.0)
+    assert (why in problem and bool(problem) != given) if why else problem == ""
+    assert "sk-1" not in problem
 
 
 def test_a_remote_takes_at_most_its_max_concurrency(tmp_path: Path) -> None:
@@ -143,10 +190,13 @@ def test_a_failed_remote_is_ejected_longer_each_time_and_cleared_by_a_success(
     assert known.ejected("r", eu, now=remotes.EJECT_SECONDS - 0.1)
     assert not known.ejected("r", eu, now=remotes.EJECT_SECONDS)  # the probe may go
     assert known.failed("r", eu, now=10.0) == 2 * remotes.EJECT_SECONDS  # the probe failed
-    for _ in range(10):
-        span = known.failed("r", eu, now=20.0)
+    assert known.failed("r", eu, now=11.0) == 2 * remotes.EJECT_SECONDS  # already ejected: once
+    now = 20.0
+    for _ in range(10):  # each probe fails once its ejection has passed
+        span = known.failed("r", eu, now=now)
+        now += span
     assert span == remotes.EJECT_MAX_SECONDS
-    assert not known.ejected("other-route", eu, now=20.0)  # per route
+    assert not known.ejected("other-route", eu, now=now)  # per route
     known.succeeded("r", eu)
-    assert not known.ejected("r", eu, now=20.0)
-    assert known.failed("r", eu, now=30.0) == remotes.EJECT_SECONDS  # starts over
+    assert not known.ejected("r", eu, now=now)
+    assert known.failed("r", eu, now=now) == remotes.EJECT_SECONDS  # starts over

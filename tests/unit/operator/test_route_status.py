@@ -69,7 +69,10 @@ REGION_B = remote("region-b", "region-b-key")
 PROVIDER = {**remote("provider", "provider-key", "token"), "kind": "OpenAI", "model": "big"}
 BOTH = KeySecrets(
     namespace=GATEWAY_NS,
-    keys={"region-b-key": frozenset({"api-key"}), "provider-key": frozenset({"token", "x"})},
+    keys={
+        "region-b-key": frozenset({"api-key", "base-url"}),
+        "provider-key": frozenset({"token", "x", "base-url"}),
+    },
 )
 
 
@@ -242,6 +245,14 @@ def remotes_ready(route: ModelRouteSpec, secrets: KeySecrets, old: Any = None) -
             "KeyMissing",
             ["remote region-b:", "has no key 'api-key' (or it is empty)", "; remote provider:"],
             id="first-failing-reason-every-remote-named",
+        ),
+        pytest.param(
+            (REGION_B,),
+            KeySecrets(namespace=GATEWAY_NS, keys={"region-b-key": frozenset({"api-key"})}),
+            False,
+            "KeyUnbound",
+            ["remote region-b:", "no key 'base-url'", "base-url=http://region-b/v1"],
+            id="key-bound-to-no-url",
         ),
     ],
 )

@@ -121,9 +121,12 @@ def verdict(
     return Verdict(why=why, revision=chosen)
 
 
-def scope(*, tenant: str, group: str = "") -> str:
-    """Whose answers a request may reuse: its tenant's, or its shared cache group's."""
-    return f"group:{group}" if group else f"tenant:{tenant}"
+def scope(*, tenant: str, group: str = "", caller: str = "") -> str:
+    """Whose answers a request may reuse: its tenant's, or its shared cache group's — split by
+    a ``cache_salt`` the caller sent, as the prefix cache is (another gateway spilling its
+    tenants here is one tenant: their salts keep their answers apart)."""
+    own = f"group:{group}" if group else f"tenant:{tenant}"
+    return f"{own}\x00caller:{caller}" if caller else own
 
 
 def key(

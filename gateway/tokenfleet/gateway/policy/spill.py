@@ -72,10 +72,15 @@ def rate(remote: Remote, currency: str) -> cost.Rate:
     )
 
 
-def estimate(remote: Remote, *, currency: str, prompt_tokens: int, max_tokens: int) -> int:
-    """The most a request may cost there, in micro-units: what its spend budget holds first."""
+def estimate(
+    remote: Remote, *, currency: str, prompt_tokens: int, max_tokens: int, choices: int = 1
+) -> int:
+    """The most a request may cost there, in micro-units: what its spend budget holds first
+    (``max_tokens`` for each of its ``n`` choices)."""
     return cost.micro(
-        prompt_tokens=prompt_tokens, completion_tokens=max_tokens, rate=rate(remote, currency)
+        prompt_tokens=prompt_tokens,
+        completion_tokens=max_tokens * max(1, choices),
+        rate=rate(remote, currency),
     )
 
 

@@ -21,6 +21,7 @@ reads Secrets through the API, so the operator checks what it can see, per remot
 
     its apiKeySecret does not exist there       ─▶ KeySecretNotFound
     the Secret lacks the key (or it is empty)   ─▶ KeyMissing
+    the Secret binds the key to no URL          ─▶ KeyUnbound (no base-url key)
     every remote's key found                    ─▶ KeysFound
 
 Whether the chart mounts the Secret the operator cannot see: the gateway reports a remote
@@ -49,7 +50,9 @@ class Found:
 
 
 #: Reasons of the RemotesReady condition (present only on routes with remotes).
-REMOTES_READY_REASONS = ("KeysFound", "KeySecretNotFound", "KeyMissing")
+REMOTES_READY_REASONS = ("KeysFound", "KeySecretNotFound", "KeyMissing", "KeyUnbound")
+#: The Secret's key naming the URL its token may be sent to (tokenfleet.gateway.remotes).
+BASE_URL_KEY = "base-url"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,6 +156,13 @@ def _key_problem(remote: Remote, secrets: KeySecrets) -> tuple[str, str] | None:
             "KeyMissing",
             f"remote {remote.name}: {where} has no key {ref.key!r} (or it is empty): put the "
             f"remote's bearer token there ({listed} too, if it is not yet)",
+        )
+    if BASE_URL_KEY not in keys:
+        return (
+            "KeyUnbound",
+            f"remote {remote.name}: {where} has no key {BASE_URL_KEY!r}: the gateway sends a "
+            f"token only to the base URL its Secret names, so add {BASE_URL_KEY}="
+            f"{remote.base_url}",
         )
     return None
 
