@@ -18,6 +18,7 @@ mounted is skipped, and the refusal and the log say why.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import http.client
 import json
 import socket
@@ -41,6 +42,7 @@ from support.gateway import (
     key_hash,
     ledger_entries,
     listening,
+    redis_get,
     running,
     spawn,
     start_gateway,
@@ -183,7 +185,13 @@ def gateway(
         {
             "name": n,
             "apiKeyHashes": [key_hash(k)],
-            "allowedModels": ["chat-auto", "chat-busy", "chat-nokey", "chat-steal"],
+            "allowedModels": [
+                "chat-auto",
+                "chat-busy",
+                "chat-nokey",
+                "chat-steal",
+                "chat-metered",
+            ],
         }
         for n, k in (("acme", KEY), ("thrifty", THRIFTY_KEY))
     ]
@@ -213,6 +221,18 @@ def gateway(
                 "name": "chat-nokey",
                 "defaultTargets": [{"model": "chat-small"}],
                 "remotes": [{**remotes(region, provider)[0], "apiKeySecret": {"name": "absent"}}],
+            },
+            {  # region-b priced and budgeted: a hold is taken for each spilled request
+                "name": "chat-metered",
+                "defaultTargets": [{"model": "chat-small"}],
+                "remotes": [
+                    {
+                        **remotes(region, provider)[0],
+                        "model": "chat-small",
+                        "price": {"inputPerMillionTokens": 1, "outputPerMillionTokens": 1},
+                        "budget": {"amount": 1.0},
+                    }
+                ],
             },
             {  # a route author pointing another's key at their own server
                 "name": "chat-steal",
@@ -446,3 +466,46 @@ def test_a_key_goes_only_to_the_url_its_secret_binds_it_to(
     log = gateway.log.read_text()
     assert log.count("Secret elsewhere-key does not bind its key to") == 1, log[-2000:]
     assert "sk-not-for-you" not in log
+
+
+def test_a_client_leaving_a_spilled_stream_is_charged_what_it_got_there(
+    gateway: Gateway, redis: Redis, local_sims: dict[str, Sim]
+) -> None:
+    """The spend hold (prompt + 400 tokens at 1 µUSD each) is settled to what was delivered
+    when the client leaves: not kept at the hold, not refunded to nothing."""
+    for s in local_sims.values():
+        s.kill()
+    day = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    key = f"tf:b:{{acme|spill|chat-metered|region-b}}:{day}:USD"
+    before = int(redis_get(redis, key) or 0)
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=10)
+    body = {
+        "model": "chat-metered",
+        "messages": [{"role": "user", "content": SHORT}],
+        "max_tokens": 400,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        body=json.dumps(body),
+        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+    )
+    response = conn.getresponse()
+    assert response.getheader("X-TokenFleet-Target") == "remote/region-b"
+    seen = 0
+    while seen < 5:
+        seen += b'"content":"' in response.fp.readline()
+    held = int(redis_get(redis, key) or 0) - before
+    assert held > 400, "the whole worst case is held while it runs"
+    assert conn.sock is not None
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    spent = wait_for(
+        "the hold settled to what was delivered",
+        lambda: (v := int(redis_get(redis, key) or 0) - before) < held and v,
+        timeout=5,
+        every=0.05,
+    )
+    assert 5 < spent < 100, spent  # the prompt and the handful of tokens relayed
