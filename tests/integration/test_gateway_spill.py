@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import http.client
-import json
 import socket
 import sys
 import time
@@ -42,6 +40,7 @@ from support.gateway import (
     key_hash,
     ledger_entries,
     listening,
+    open_stream,
     redis_get,
     running,
     spawn,
@@ -375,21 +374,9 @@ def test_a_client_leaving_a_spilled_stream_closes_the_remote_request(
     cancelled_before = metric(
         region.gateway, names.REQUESTS, tenant="region-a", outcome="cancelled"
     )
-    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=10)
-    body = {
-        "model": "chat-auto",
-        "messages": [{"role": "user", "content": SHORT}],
-        "max_tokens": 400,
-        "stream": True,
-        "ignore_eos": True,
-    }
-    conn.request(
-        "POST",
-        "/v1/chat/completions",
-        body=json.dumps(body),
-        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+    conn, response = open_stream(
+        gateway, KEY, model="chat-auto", prompt=SHORT, max_tokens=400, ignore_eos=True
     )
-    response = conn.getresponse()
     assert response.getheader("X-TokenFleet-Target") == "remote/region-b"
     seen = 0
     while seen < 5:
@@ -414,21 +401,9 @@ def test_a_client_leaving_a_spilled_stream_closes_the_remote_request(
 
 
 def test_a_local_queue_that_sheds_spills_as_overloaded(gateway: Gateway) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=10)
-    body = {
-        "model": "chat-busy",
-        "messages": [{"role": "user", "content": SHORT}],
-        "max_tokens": 100,
-        "stream": True,
-        "ignore_eos": True,
-    }
-    conn.request(
-        "POST",
-        "/v1/chat/completions",
-        body=json.dumps(body),
-        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+    conn, holding = open_stream(  # the one slot of the tight pool, for ~5 s
+        gateway, KEY, model="chat-busy", prompt=SHORT, max_tokens=100, ignore_eos=True
     )
-    holding = conn.getresponse()  # the one slot of the tight pool, for ~5 s
     assert holding.status == 200 and holding.getheader("X-TokenFleet-Target") is None
     model, headers = ask(gateway, model="chat-busy")  # waits 200 ms in the queue, then spills
     assert target(headers) == "remote/region-b" and model == "chat-small"
@@ -478,21 +453,9 @@ def test_a_client_leaving_a_spilled_stream_is_charged_what_it_got_there(
     day = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     key = f"tf:b:{{acme|spill|chat-metered|region-b}}:{day}:USD"
     before = int(redis_get(redis, key) or 0)
-    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=10)
-    body = {
-        "model": "chat-metered",
-        "messages": [{"role": "user", "content": SHORT}],
-        "max_tokens": 400,
-        "stream": True,
-        "ignore_eos": True,
-    }
-    conn.request(
-        "POST",
-        "/v1/chat/completions",
-        body=json.dumps(body),
-        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+    conn, response = open_stream(
+        gateway, KEY, model="chat-metered", prompt=SHORT, max_tokens=400, ignore_eos=True
     )
-    response = conn.getresponse()
     assert response.getheader("X-TokenFleet-Target") == "remote/region-b"
     seen = 0
     while seen < 5:

@@ -28,6 +28,7 @@ from support.gateway import (
     gateway_metric,
     key_hash,
     ledger_entries,
+    open_stream,
     redis_get,
     running,
     start_gateway,
@@ -105,26 +106,6 @@ def call(
     conn.close()
     payload = json.loads(raw) if not stream or r.status != 200 else {"raw": raw.decode()}
     return r.status, payload, dict(r.getheaders()), time.monotonic() - start
-
-
-def open_stream(
-    gateway: Gateway, key: str, *, max_tokens: int, timeout: float = 10
-) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-    """Start a streamed chat completion and return once its headers arrived."""
-    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=timeout)
-    body = {
-        "model": "m",
-        "messages": [{"role": "user", "content": "hi"}],
-        "max_tokens": max_tokens,
-        "stream": True,
-    }
-    conn.request(
-        "POST",
-        "/v1/chat/completions",
-        body=json.dumps(body),
-        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-    )
-    return conn, conn.getresponse()
 
 
 def test_one_tenant_over_its_token_quota_does_not_touch_the_other(

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import datetime
 import hashlib
+import http.client
 import json
 import signal
 import socket
@@ -161,6 +162,35 @@ class Gateway:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
+
+
+def open_stream(
+    gateway: Gateway,
+    key: str,
+    *,
+    max_tokens: int,
+    model: str = "m",
+    prompt: str = "hi",
+    timeout: float = 10,
+    **extra: Any,
+) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    """Start a streamed chat completion and return once its headers arrived (``extra``: more
+    body fields, e.g. ignore_eos)."""
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=timeout)
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        **extra,
+    }
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        body=json.dumps(body),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    return conn, conn.getresponse()
 
 
 def start_gateway(

@@ -158,19 +158,23 @@ async def spill(
 def usable(state: GatewayState, entry: RouteEntry) -> bool:
     """Some remote of the route could be tried now (its key is there, it is not ejected)."""
     now = time.monotonic()
-    return any(
-        state.remotes.key(r, namespace=entry.namespace) is not None
-        and not state.remotes.ejected(entry.key, r, now=now)
-        for r in entry.remotes
-    )
+    return any(_unusable(state, entry, r, now=now) is None for r in entry.remotes)
+
+
+def _unusable(state: GatewayState, entry: RouteEntry, remote: Remote, *, now: float) -> str | None:
+    """Why ``remote`` cannot be tried for the route at all now (None: it can)."""
+    if state.remotes.key(remote, namespace=entry.namespace) is None:
+        return rules.SKIPPED_KEY
+    if state.remotes.ejected(entry.key, remote, now=now):
+        return rules.SKIPPED_EJECTED
+    return None
 
 
 def _skip_reason(state: GatewayState, ask: Request, remote: Remote) -> str | None:
     """Why ``remote`` is not tried for this request before its budget is asked (None: ask)."""
-    if state.remotes.key(remote, namespace=ask.entry.namespace) is None:
-        return rules.SKIPPED_KEY
-    if state.remotes.ejected(ask.entry.key, remote, now=time.monotonic()):
-        return rules.SKIPPED_EJECTED
+    unusable = _unusable(state, ask.entry, remote, now=time.monotonic())
+    if unusable is not None:
+        return unusable
     if state.remotes.in_flight(ask.entry.key, remote) >= remote.max_concurrency:
         return rules.SKIPPED_BUSY
     return None
