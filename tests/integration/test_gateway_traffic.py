@@ -3,6 +3,7 @@ priority admission under overload, cancellation on disconnect, broken streams, R
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import http.client
 import json
@@ -15,7 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 from support.cluster import wait_for
 from support.gateway import (
@@ -34,6 +37,7 @@ from support.gateway import (
     start_gateway,
     start_sim,
 )
+from tokenfleet.gateway import proxy
 from tokenfleet.gateway.policy import leases, quotas
 from tokenfleet.signals import usage
 
@@ -220,6 +224,69 @@ def test_disconnect_mid_stream_cancels_upstream_and_releases_the_reservation(
         status, payload, *_ = call(g, KEYS["solo"], max_tokens=3)
         assert status == 200, payload  # the concurrency slot came back
     slow.kill()
+
+
+async def test_a_write_to_a_client_that_left_is_a_cancellation_not_an_engine_failure(
+    tmp: Path,
+) -> None:
+    """aiohttp raises the same ClientError for a write to a client that left as for an engine
+    that broke off. The relay must tell them apart: a client leaving is a cancellation (the
+    engine's endpoint is not marked failed, the request is not counted as an upstream error).
+    The server here does not cancel its handler on disconnect, so the write is what notices."""
+    sim = start_sim(tmp, "m", "--max-num-seqs", "4", "--inter-token-latency", "20ms")
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[BaseException | proxy.Outcome] = loop.create_future()
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    body |= {"max_tokens": 400, "stream": True, "ignore_eos": True}
+
+    async def relay(request: web.Request) -> web.StreamResponse:
+        call = proxy.Call(
+            url=sim.url + "/v1/chat/completions",
+            body=json.dumps(body).encode(),
+            stream=True,
+            strip_usage=False,
+            deadline=time.monotonic() + 30,
+            headers={},
+            upstream_headers={"Content-Type": "application/json"},
+            served_by="m",
+        )
+        try:
+            outcome = await proxy.forward(
+                call, session=session, request=request, meter=proxy.Meter()
+            )
+        except BaseException as exc:
+            ended.set_result(exc)
+            raise
+        ended.set_result(outcome)
+        assert outcome.response is not None
+        return outcome.response
+
+    app = web.Application()
+    app.router.add_post("/relay", relay)
+    runner = web.AppRunner(app, handler_cancellation=False)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /relay HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+            seen = 0
+            while seen < 5:
+                seen += b'"content":"' in await reader.readline()
+            writer.transport.abort()  # the client leaves mid-stream
+            what = await asyncio.wait_for(ended, timeout=5)
+            # a cancellation (what the handler counts as the client leaving), not an Outcome
+            # with an upstream error nor a ClientError a caller would retry
+            assert isinstance(what, ConnectionResetError), what
+            assert not isinstance(what, aiohttp.ClientError), what
+            deadline = time.monotonic() + 5
+            while connections_to(sim.port) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert connections_to(sim.port) == 0  # the engine's request was closed (aborted)
+    finally:
+        await runner.cleanup()
+        sim.kill()
 
 
 def test_a_client_that_leaves_after_k_tokens_is_charged_k(tmp: Path, redis: Redis) -> None:

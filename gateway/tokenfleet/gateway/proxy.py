@@ -187,6 +187,10 @@ async def forward(
             outcome, Reason.DEADLINE_EXCEEDED, "the request's deadline passed mid-stream"
         )
     except aiohttp.ClientError as exc:
+        if _client_gone(request):
+            # aiohttp raises ClientConnectionResetError, a ClientError, for a write to a client
+            # that left too: that is a cancellation, not the engine's fault.
+            raise ClientLeft("the client closed its connection") from None
         if outcome.response is None:
             raise UpstreamFailed(
                 Rejected(
@@ -201,6 +205,16 @@ async def forward(
         outcome.error = Reason.UPSTREAM_ERROR
         await _error_event(outcome, Reason.UPSTREAM_ERROR, "the model server's stream broke off")
     return outcome
+
+
+class ClientLeft(ConnectionResetError):
+    """The client's connection closed under a write: the request is cancelled, and the engine
+    that was answering it did nothing wrong (its endpoint is not marked failed)."""
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 async def _whole(
