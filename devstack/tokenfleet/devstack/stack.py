@@ -14,6 +14,7 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import aiohttp
+import yaml
 
 from tokenfleet.devstack import (
     chart,
@@ -533,6 +535,7 @@ class Stack:
         await asyncio.to_thread(self._kubectl, "apply", "-f", "-", stdin=platform.DEV_TENANT_YAML)
         await platform.ensure_dev_key(self.options.state_dir, self.files.kubeconfig)
         examples = REPO / "examples"
+        await asyncio.to_thread(_place_artifact_02, examples / "02-model-deployment")
         await asyncio.to_thread(
             self._kubectl,
             "apply",
@@ -560,6 +563,14 @@ class Stack:
         tmp.write_text(json.dumps(info, indent=2))
         tmp.replace(path)
         log.info("stack ready in %.1f s", info["startSeconds"])
+
+
+def _place_artifact_02(example: Path) -> None:
+    """Example 02's README step: its signed tiny-chat/ copied where the manifest's URI points
+    (the node agent, and the real node's worker, read it from there)."""
+    manifest = yaml.safe_load((example / "modeldeployment.yaml").read_text())
+    uri: str = manifest["spec"]["artifact"]["uri"]
+    shutil.copytree(example / "tiny-chat", Path(uri.removeprefix("file://")), dirs_exist_ok=True)
 
 
 def serve(options: Options) -> None:
