@@ -9,6 +9,7 @@ import datetime
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,8 +31,8 @@ def redis(tmp_path: Path) -> Iterator[Redis]:
     r.kill()
 
 
-async def _record_mix(ledger: usage_ledger.UsageLedger) -> None:
-    await ledger.record(
+def _record_mix(ledger: usage_ledger.UsageLedger) -> None:
+    ledger.record(
         tenant="t/a",
         model="m",
         pool="t/p",
@@ -41,7 +42,7 @@ async def _record_mix(ledger: usage_ledger.UsageLedger) -> None:
         completion_tokens=20,
         now=NOW,
     )
-    await ledger.record(
+    ledger.record(
         tenant="t/a",
         model="m",
         pool="t/p",
@@ -50,7 +51,7 @@ async def _record_mix(ledger: usage_ledger.UsageLedger) -> None:
         completion_tokens=10,
         now=NOW,
     )
-    await ledger.record(
+    ledger.record(
         tenant="t/b",
         model="m",
         pool="t/p",
@@ -74,7 +75,7 @@ def test_a_new_process_reads_what_the_last_one_recorded(redis: Redis) -> None:
     async def scenario() -> tuple[list[usage.Entry], float]:
         registry = CollectorRegistry()
         ledger = usage_ledger.UsageLedger(redis.url, registry=registry)
-        await _record_mix(ledger)
+        _record_mix(ledger)
         await ledger.close()  # the gateway process ends; only Redis remains
         counted = registry.get_sample_value(
             usage.USAGE_PROMPT_TOKENS,
@@ -113,7 +114,7 @@ def test_entries_wait_for_redis_and_land_once(tmp_path: Path) -> None:
 
     async def scenario() -> list[usage.Entry]:
         ledger = usage_ledger.UsageLedger(down.url, registry=CollectorRegistry())
-        await _record_mix(ledger)  # Redis is not running: nothing raises, all three wait
+        _record_mix(ledger)  # Redis is not running: nothing raises, all three wait
         down.start()
         assert await ledger.flush()
         await ledger.close()
@@ -124,6 +125,100 @@ def test_entries_wait_for_redis_and_land_once(tmp_path: Path) -> None:
     finally:
         down.kill()
     assert [(e.tenant, e.requests) for e in entries] == [("t/a", 2), ("t/b", 1)]
+
+
+async def _script_calls(url: str) -> int:
+    """EVALSHA and EVAL calls Redis has run (INFO commandstats)."""
+    client = redis_client.RespClient(url, timeout=2)
+    try:
+        info = (await client.call("INFO", "commandstats")).decode()
+    finally:
+        await client.close()
+    calls = 0
+    for line in info.splitlines():
+        if line.startswith(("cmdstat_evalsha:", "cmdstat_eval:")):
+            calls += int(line.split("calls=")[1].split(",")[0])
+    return calls
+
+
+def test_requests_do_not_wait_for_the_ledger_and_it_lands_behind_them_in_few_writes(
+    redis: Redis,
+) -> None:
+    """record() returns at once; within FLUSH_SECONDS the batch is in Redis without a close,
+    summed, so 500 requests of one tenant cost a handful of script calls, not 500."""
+
+    async def scenario() -> tuple[list[usage.Entry], float, int]:
+        ledger = usage_ledger.UsageLedger(redis.url, registry=CollectorRegistry())
+        before = await _script_calls(redis.url)
+        started = time.monotonic()
+        for _ in range(500):
+            ledger.record(
+                tenant="t/a",
+                model="m",
+                pool="t/p",
+                outcome="served",
+                prompt_tokens=10,
+                completion_tokens=2,
+                now=NOW,
+            )
+            await asyncio.sleep(0)  # requests interleave with the writer, as they do in a gateway
+        entries: list[usage.Entry] = []
+        while time.monotonic() - started < 5 and sum(e.requests for e in entries) < 500:
+            await asyncio.sleep(0.05)
+            entries = await _read(redis.url)
+        landed_after = time.monotonic() - started
+        writes = await _script_calls(redis.url) - before
+        await ledger.close()
+        return entries, landed_after, writes
+
+    entries, landed_after, writes = asyncio.run(scenario())
+    assert entries == [
+        usage.Entry(
+            tenant="t/a",
+            model="m",
+            pool="t/p",
+            outcome="served",
+            requests=500,
+            prompt_tokens=5000,
+            completion_tokens=1000,
+        )
+    ]
+    assert landed_after < usage_ledger.FLUSH_SECONDS + 1.5, landed_after
+    assert 1 <= writes <= 4, writes  # one per flush interval that had entries
+
+
+def test_entries_recorded_while_a_write_is_in_flight_land_once(redis: Redis) -> None:
+    """A flush takes the batch and writes it entry by entry; what is recorded meanwhile (and
+    what close() finds) goes with the next write: nothing lost, nothing counted twice."""
+
+    def record_round(ledger: usage_ledger.UsageLedger) -> None:
+        for i in range(1000):
+            ledger.record(
+                tenant=f"t/{i % 50}",  # 50 summed entries: 50 script calls in one flush
+                model="m",
+                pool="t/p",
+                outcome="served",
+                prompt_tokens=1,
+                completion_tokens=1,
+                now=NOW,
+            )
+
+    async def scenario() -> tuple[list[usage.Entry], bool]:
+        ledger = usage_ledger.UsageLedger(redis.url, registry=CollectorRegistry())
+        record_round(ledger)
+        writing = asyncio.create_task(ledger.flush())
+        await asyncio.sleep(0)  # the flush runs up to its first Redis call: it holds the batch
+        in_flight = not writing.done()
+        record_round(ledger)
+        await ledger.close()
+        assert await writing
+        return await _read(redis.url), in_flight
+
+    entries, in_flight = asyncio.run(scenario())
+    assert in_flight, "the second round must arrive while the first is being written"
+    assert len(entries) == 50
+    assert sum(e.requests for e in entries) == 2000
+    assert {e.prompt_tokens for e in entries} == {40}
 
 
 def _cli(*args: str) -> str:
@@ -145,7 +240,7 @@ def test_tokenfleet_usage_reports_the_ledger_with_cost(redis: Redis, tmp_path: P
     async def record() -> None:
         ledger = usage_ledger.UsageLedger(redis.url, registry=CollectorRegistry())
         now = HOUR + datetime.timedelta(minutes=20)
-        await ledger.record(
+        ledger.record(
             tenant="t/a",
             model="m",
             pool="t/p",
@@ -154,7 +249,7 @@ def test_tokenfleet_usage_reports_the_ledger_with_cost(redis: Redis, tmp_path: P
             completion_tokens=1_800_000,
             now=now,
         )
-        await ledger.record(
+        ledger.record(
             tenant="t/b",
             model="m",
             pool="t/p",

@@ -253,7 +253,11 @@ def gateway_metric(g: Gateway, name: str, **labels: str) -> float:
 
 def ledger_entries(redis_url: str, *, hours: int = 1) -> list[usage.Entry]:
     """What the durable usage ledger in Redis holds for the last ``hours``, read as a later
-    process would (``tokenfleet usage``): nothing of the gateway that wrote it is needed."""
+    process would (``tokenfleet usage``): nothing of the gateway that wrote it is needed.
+
+    A running gateway writes its ledger behind the requests, every FLUSH_SECONDS: this waits
+    two of those first, so that what has settled is in Redis (a stopped one has flushed)."""
+    time.sleep(2 * usage_ledger.FLUSH_SECONDS)
 
     async def read() -> list[usage.Entry]:
         client = redis_client.RespClient(redis_url, timeout=2)

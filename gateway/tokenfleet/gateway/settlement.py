@@ -96,7 +96,7 @@ async def settle(
         state.metrics.prompt_tokens.labels(*labels).inc(record.prompt)
         state.metrics.completion_tokens.labels(*labels).inc(record.completion)
     if state.usage is not None:
-        await state.usage.record(
+        state.usage.record(
             tenant=record.tenant,
             model=record.model,
             pool=record.pool,

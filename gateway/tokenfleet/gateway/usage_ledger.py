@@ -2,19 +2,24 @@
 
 :meth:`UsageLedger.record` is the one entry point, called once per request where the request
 path settles (served, cancelled, failed or shed). It counts the Prometheus counters at once (and
-sets the tenant's last-served gauge, which ``Tenant.status.lastUsed`` is read from) and
-writes the entry to Redis (layout: :mod:`tokenfleet.signals.usage`) in one atomic script, so a
-gateway restart loses nothing that was recorded.
+sets the tenant's last-served gauge, which ``Tenant.status.lastUsed`` is read from) and adds the
+entry to an in-memory batch, summed per (hour, tenant, model, pool, outcome); a background task
+writes the batch to Redis (layout: :mod:`tokenfleet.signals.usage`) every
+:data:`FLUSH_SECONDS`, one atomic script per summed entry. So a request never waits for the
+ledger, and a busy replica writes a few entries a second, not one per request.
 
-When Redis does not answer, entries wait in memory (bounded, oldest dropped first and counted in
-``dropped``) and go with the next write that succeeds; only those can be lost by a restart
-during an outage. Prometheus counts them either way.
+What can be lost: a process killed without its shutdown (SIGKILL, OOM) loses at most the last
+:data:`FLUSH_SECONDS` of entries; a stopped gateway flushes in :meth:`UsageLedger.close`. When
+Redis does not answer, the batch stays in memory (bounded: :data:`MAX_PENDING` summed entries,
+new ones dropped and counted in ``dropped`` beyond that) and goes with the next write that
+succeeds. Prometheus counts every request either way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
+import contextlib
+import dataclasses
 import datetime
 import logging
 
@@ -25,8 +30,32 @@ from tokenfleet.signals import usage
 
 log = logging.getLogger("tokenfleet.gateway.usage")
 REDIS_TIMEOUT_SECONDS = 0.5
-MAX_PENDING = 100_000  # entries held while Redis is away: ~20 MB, minutes of a busy replica
+FLUSH_SECONDS = 0.5  # the most a killed process can lose; a few Redis writes a second at most
+MAX_PENDING = 100_000  # summed entries held while Redis is away (hours × label sets): ~20 MB
 LABELS = ["tenant", "model", "pool", "outcome"]
+
+#: A batch: (hour key, labels) -> the summed entry and the latest settlement time in it.
+_Batch = dict[tuple[str, tuple[str, str, str, str]], tuple[usage.Entry, int]]
+
+
+def _merged(
+    batch: _Batch, key: tuple[str, tuple[str, str, str, str]], entry: usage.Entry, at: int
+) -> None:
+    held = batch.get(key)
+    if held is None:
+        batch[key] = (entry, at)
+        return
+    summed, last = held
+    batch[key] = (
+        dataclasses.replace(
+            summed,
+            requests=summed.requests + entry.requests,
+            prompt_tokens=summed.prompt_tokens + entry.prompt_tokens,
+            cached_prompt_tokens=summed.cached_prompt_tokens + entry.cached_prompt_tokens,
+            completion_tokens=summed.completion_tokens + entry.completion_tokens,
+        ),
+        max(last, at),
+    )
 
 
 class UsageLedger:
@@ -35,10 +64,12 @@ class UsageLedger:
     def __init__(self, url: str | None, *, registry: CollectorRegistry) -> None:
         self._redis = redis_client.RespClient(url, timeout=REDIS_TIMEOUT_SECONDS) if url else None
         self._script = redis_client.Script(self._redis, usage.RECORD_LUA) if self._redis else None
-        self._pending: collections.deque[tuple[datetime.datetime, usage.Entry]] = collections.deque(
-            maxlen=MAX_PENDING
-        )
+        self._pending: _Batch = {}
         self._lock = asyncio.Lock()
+        self._writer: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
+        self._hour = (-1, "")
+        self._failing = False
         self.dropped = 0
         self._counters = {
             "requests": Counter(
@@ -71,7 +102,7 @@ class UsageLedger:
             registry=registry,
         )
 
-    async def record(
+    def record(
         self,
         *,
         tenant: str,
@@ -83,7 +114,8 @@ class UsageLedger:
         cached_prompt_tokens: int = 0,
         now: datetime.datetime | None = None,
     ) -> None:
-        """Count one settled request; never raises (usage must not fail a request)."""
+        """Count one settled request; never raises, never waits (usage must not slow or fail a
+        request)."""
         entry = usage.Entry(
             tenant=tenant,
             model=model,
@@ -98,39 +130,68 @@ class UsageLedger:
             value = getattr(entry, name)
             if value or name == "requests":
                 counter.labels(*entry.labels).inc(value)
+        at = now or datetime.datetime.now(datetime.UTC)
         if entry.outcome == "served":
-            self._last_served.labels(tenant).set(
-                (now or datetime.datetime.now(datetime.UTC)).timestamp()
-            )
+            self._last_served.labels(tenant).set(at.timestamp())
         if self._script is None:
             return
-        if len(self._pending) == MAX_PENDING:
+        stamp = int(at.timestamp())
+        key = (self._hour_key(stamp, at), entry.labels)
+        if key not in self._pending and len(self._pending) >= MAX_PENDING:
             self.dropped += 1
-        self._pending.append((now or datetime.datetime.now(datetime.UTC), entry))
-        await self.flush()
+            return
+        _merged(self._pending, key, entry, stamp)
+        if self._writer is None and not self._closing.is_set():
+            with contextlib.suppress(RuntimeError):  # no running loop: close() flushes
+                self._writer = asyncio.get_running_loop().create_task(self._write_behind())
+
+    def _hour_key(self, stamp: int, at: datetime.datetime) -> str:
+        """usage.hour_key, formatted once an hour rather than once a request."""
+        hour = stamp // 3600
+        if self._hour[0] != hour:
+            self._hour = (hour, usage.hour_key(at))
+        return self._hour[1]
+
+    async def _write_behind(self) -> None:
+        while not self._closing.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), FLUSH_SECONDS)
+            try:
+                await self.flush()
+            except Exception:  # a bug here must not stop the ledger for good
+                log.exception("usage ledger: flush failed")
 
     async def flush(self) -> bool:
-        """Write every pending entry, oldest first; False when Redis did not take them all."""
+        """Write every pending entry; False when Redis did not take them all (those stay)."""
         if self._script is None:
             return True
-        async with self._lock:  # one writer, so entries land in order and exactly once
-            while self._pending:
-                at, entry = self._pending[0]
-                args: list[str | int] = [usage.RETENTION_SECONDS, entry.tenant, int(at.timestamp())]
-                for field, value in usage.fields(entry):
-                    args += [field, value]
-                try:
-                    await self._script([usage.hour_key(at), usage.LAST_USED_KEY], args)
-                except (redis_client.RespError, OSError, TimeoutError) as exc:
-                    log.warning(
-                        "usage ledger: redis unavailable (%s); %d pending", exc, len(self._pending)
-                    )
-                    return False
-                self._pending.popleft()
+        async with self._lock:  # one writer, so every entry lands exactly once
+            batch, self._pending = self._pending, {}
+            try:
+                for key, (entry, at) in list(batch.items()):
+                    args: list[str | int] = [usage.RETENTION_SECONDS, entry.tenant, at]
+                    for field, value in usage.fields(entry):
+                        args += [field, value]
+                    await self._script([key[0], usage.LAST_USED_KEY], args)
+                    del batch[key]
+            except (redis_client.RespError, OSError, TimeoutError) as exc:
+                if not self._failing:
+                    log.warning("usage ledger: redis unavailable (%s); entries wait", exc)
+                self._failing = True
+                return False
+            finally:
+                for left, (e, t) in batch.items():  # unwritten: back with what came meanwhile
+                    _merged(self._pending, left, e, t)
+        if self._failing:
+            log.info("usage ledger: redis is back; the entries that waited are written")
+        self._failing = False
         return True
 
     async def close(self) -> None:
-        """Try a last flush, then close the connection."""
+        """Let the writer finish its last flush, try once more, then close the connection."""
+        self._closing.set()
+        if self._writer is not None:
+            await self._writer
         if self._redis is not None:
             await self.flush()
             await self._redis.close()
