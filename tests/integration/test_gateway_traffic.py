@@ -37,7 +37,7 @@ from support.gateway import (
     start_gateway,
     start_sim,
 )
-from tokenfleet.gateway import proxy
+from tokenfleet.gateway import engine_http, proxy
 from tokenfleet.gateway.policy import leases, quotas
 from tokenfleet.signals import usage
 
@@ -229,10 +229,11 @@ def test_disconnect_mid_stream_cancels_upstream_and_releases_the_reservation(
 async def test_a_write_to_a_client_that_left_is_a_cancellation_not_an_engine_failure(
     tmp: Path,
 ) -> None:
-    """aiohttp raises the same ClientError for a write to a client that left as for an engine
-    that broke off. The relay must tell them apart: a client leaving is a cancellation (the
-    engine's endpoint is not marked failed, the request is not counted as an upstream error).
-    The server here does not cancel its handler on disconnect, so the write is what notices."""
+    """A write to a client that left fails like an engine that broke off would (aiohttp raises
+    a ClientError for it; the relay's own writes find the transport closing). The relay must
+    tell them apart: a client leaving is a cancellation (the engine's endpoint is not marked
+    failed, the request is not counted as an upstream error). The server here does not cancel
+    its handler on disconnect, so the write is what notices."""
     sim = start_sim(tmp, "m", "--max-num-seqs", "4", "--inter-token-latency", "20ms")
     loop = asyncio.get_running_loop()
     ended: asyncio.Future[BaseException | proxy.Outcome] = loop.create_future()
@@ -252,7 +253,7 @@ async def test_a_write_to_a_client_that_left_is_a_cancellation_not_an_engine_fai
         )
         try:
             outcome = await proxy.forward(
-                call, session=session, request=request, meter=proxy.Meter()
+                call, client=engines, request=request, meter=proxy.Meter()
             )
         except BaseException as exc:
             ended.set_result(exc)
@@ -267,24 +268,25 @@ async def test_a_write_to_a_client_that_left_is_a_cancellation_not_an_engine_fai
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
+    engines = engine_http.Client(connect_seconds=5)
     try:
-        async with aiohttp.ClientSession() as session:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(b"POST /relay HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
-            seen = 0
-            while seen < 5:
-                seen += b'"content":"' in await reader.readline()
-            writer.transport.abort()  # the client leaves mid-stream
-            what = await asyncio.wait_for(ended, timeout=5)
-            # a cancellation (what the handler counts as the client leaving), not an Outcome
-            # with an upstream error nor a ClientError a caller would retry
-            assert isinstance(what, ConnectionResetError), what
-            assert not isinstance(what, aiohttp.ClientError), what
-            deadline = time.monotonic() + 5
-            while connections_to(sim.port) and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            assert connections_to(sim.port) == 0  # the engine's request was closed (aborted)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /relay HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        seen = 0
+        while seen < 5:
+            seen += b'"content":"' in await reader.readline()
+        writer.transport.abort()  # the client leaves mid-stream
+        what = await asyncio.wait_for(ended, timeout=5)
+        # a cancellation (what the handler counts as the client leaving), not an Outcome
+        # with an upstream error nor a ClientError a caller would retry
+        assert isinstance(what, ConnectionResetError), what
+        assert not isinstance(what, aiohttp.ClientError), what
+        deadline = time.monotonic() + 5
+        while connections_to(sim.port) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert connections_to(sim.port) == 0  # the engine's request was closed (aborted)
     finally:
+        await engines.close()
         await runner.cleanup()
         sim.kill()
 

@@ -17,7 +17,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
-from tokenfleet.gateway import adapter_catalog, adapter_slots, router
+from tokenfleet.gateway import adapter_catalog, adapter_slots, engine_http, router
 from tokenfleet.gateway.accesslog import ACCESS
 from tokenfleet.gateway.budget_store import BudgetStore
 from tokenfleet.gateway.completion import Completion
@@ -270,7 +270,9 @@ async def _client_session(app: web.Application) -> Any:
         timeout=aiohttp.ClientTimeout(total=None, connect=state.settings.upstream_connect_seconds),
         auto_decompress=False,
     )
+    state.engines = engine_http.Client(connect_seconds=state.settings.upstream_connect_seconds)
     yield
+    await state.engines.close()
     await state.session.close()
     await state.quotas.close()
     if state.usage is not None:

@@ -309,7 +309,7 @@ async def _attempt(
     """One forward; the endpoint's in-flight count and health are settled whatever happens."""
     parsed = work.parsed
     ok: bool | None = None  # cancelled (client left): says nothing about the endpoint
-    assert state.session is not None
+    assert state.engines is not None
     call = proxy.Call(
         url=endpoint.url + bodies.PATHS[parsed.kind],
         body=payload,
@@ -323,7 +323,7 @@ async def _attempt(
         capture_bytes=work.capture_bytes,
     )
     try:
-        outcome = await proxy.forward(call, session=state.session, request=request, meter=meter)
+        outcome = await proxy.forward(call, client=state.engines, request=request, meter=meter)
         ok = outcome.error is not Reason.UPSTREAM_ERROR and outcome.status < 500
         return outcome
     except proxy.UpstreamFailed as failed:

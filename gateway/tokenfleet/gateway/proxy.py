@@ -5,6 +5,12 @@ answer — and awaiting each client write gives backpressure. A client that disc
 deadline that passes, closes the upstream connection at once, which makes vLLM abort the
 request and free its KV cache. A stream that breaks midway ends with an explicit error event,
 never a silent truncation.
+
+The relay sits below aiohttp's ``StreamResponse``: once the first event went out through it
+(headers and the first chunk), each further event goes from the engine connection's
+``data_received`` (:mod:`~tokenfleet.gateway.engine_http`) straight to the client's transport as
+one HTTP chunk, with no task switch per token. When the client reads slower than the engine
+writes, the engine connection stops being read until the client's buffer drains.
 """
 
 from __future__ import annotations
@@ -13,13 +19,14 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
+from aiohttp.http import HttpVersion11
 
+from tokenfleet.gateway import engine_http
 from tokenfleet.gateway.policy import engine_errors, usage
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
@@ -86,8 +93,8 @@ class Call:
     gateway's X-TokenFleet-Model), used when present."""
 
 
-def _served_by(call: Call, upstream: aiohttp.ClientResponse, outcome: Outcome) -> str:
-    named = upstream.headers.get(call.served_by_header, "") if call.served_by_header else ""
+def _served_by(call: Call, upstream: engine_http.Exchange, outcome: Outcome) -> str:
+    named = upstream.headers.get(call.served_by_header.lower(), "") if call.served_by_header else ""
     outcome.served_by = named or call.served_by
     return outcome.served_by
 
@@ -121,21 +128,6 @@ class UpstreamFailed(Exception):
         )
 
 
-@contextlib.asynccontextmanager
-async def _closed_unless_finished(upstream: aiohttp.ClientResponse) -> AsyncIterator[None]:
-    """Close the upstream connection unless the answer was read to its end.
-
-    Leaving the ``async with`` only *releases* a connection, and a release can return a
-    half-read stream to the pool: the engine would keep generating (and holding KV cache) for a
-    client that is gone. Closing is what makes vLLM abort the request.
-    """
-    try:
-        yield
-    except BaseException:
-        upstream.close()
-        raise
-
-
 def _usage_of(payload: Any, meter: Meter) -> None:
     """The engine's usage report (OpenAI's names, or the Responses API's, nested or not)."""
     if isinstance(payload, dict) and isinstance(payload.get("response"), dict):
@@ -151,7 +143,7 @@ def _usage_of(payload: Any, meter: Meter) -> None:
 
 
 async def forward(
-    call: Call, *, session: aiohttp.ClientSession, request: web.Request, meter: Meter
+    call: Call, *, client: engine_http.Client, request: web.Request, meter: Meter
 ) -> Outcome:
     """Send ``call.body`` to ``call.url`` and answer ``request``; raise UpstreamFailed before
     any byte reached the client."""
@@ -159,10 +151,8 @@ async def forward(
     budget = max(0.001, call.deadline - time.monotonic())
     try:
         async with asyncio.timeout(budget):
-            async with (
-                session.post(call.url, data=call.body, headers=call.upstream_headers) as upstream,
-                _closed_unless_finished(upstream),
-            ):
+            # leaving early closes the connection: that is what makes vLLM abort the request
+            async with client.post(call.url, call.body, call.upstream_headers) as upstream:
                 meter.sent = True
                 outcome.status = upstream.status
                 if upstream.status >= 400:
@@ -186,7 +176,7 @@ async def forward(
         await _error_event(
             outcome, Reason.DEADLINE_EXCEEDED, "the request's deadline passed mid-stream"
         )
-    except aiohttp.ClientError as exc:
+    except (engine_http.Broken, aiohttp.ClientError) as exc:
         if _client_gone(request):
             # aiohttp raises ClientConnectionResetError, a ClientError, for a write to a client
             # that left too: that is a cancellation, not the engine's fault.
@@ -196,7 +186,7 @@ async def forward(
                 Rejected(
                     reason=Reason.UPSTREAM_ERROR,
                     retry_after=1.0,
-                    message=f"the model server could not be reached: {type(exc).__name__}",
+                    message=f"the model server could not be reached: {exc}",
                 ),
                 retryable=True,
                 endpoint_fault=True,
@@ -218,7 +208,7 @@ def _client_gone(request: web.Request) -> bool:
 
 
 async def _whole(
-    upstream: aiohttp.ClientResponse,
+    upstream: engine_http.Exchange,
     request: web.Request,
     outcome: Outcome,
     call: Call,
@@ -272,7 +262,8 @@ def _account(block: bytes, meter: Meter, *, strip_usage: bool) -> tuple[bytes, b
         meter.relayed += usage.tokens_in(event)
     if not dropped:
         return block, done
-    return _EVENT_END.join(e for e in events if e) + _EVENT_END, done
+    kept = [e for e in events if e]
+    return (_EVENT_END.join(kept) + _EVENT_END if kept else b""), done
 
 
 def _capture(outcome: Outcome, block: bytes, bound: int) -> None:
@@ -286,8 +277,46 @@ def _capture(outcome: Outcome, block: bytes, bound: int) -> None:
     outcome.captured += block
 
 
+class _Events:
+    """A stream's bytes cut into whole SSE events and counted as they are relayed."""
+
+    __slots__ = ("call", "done", "last", "meter", "outcome", "pending")
+
+    def __init__(self, call: Call, meter: Meter, outcome: Outcome) -> None:
+        self.call, self.meter, self.outcome = call, meter, outcome
+        self.pending = b""  # the start of an event whose end has not arrived
+        self.last = 0.0
+        self.done = False  # [DONE] (or the Responses API's completed event) was relayed
+
+    def cut(self, piece: bytes) -> bytes:
+        """The whole events ``piece`` completes (b"" if none): an event is counted, and sent,
+        once it is complete."""
+        data = self.pending + piece if self.pending else piece
+        cut = data.rfind(_EVENT_END)
+        if cut < 0:
+            self.pending = data
+            return b""
+        if cut + 2 == len(data):
+            self.pending = b""
+            return data
+        self.pending = data[cut + 2 :]
+        return data[: cut + 2]
+
+    def relayed(self, block: bytes) -> bytes:
+        """Count ``block`` as sent now; the bytes to send."""
+        now = time.monotonic()
+        if self.last:
+            self.outcome.gaps.append(now - self.last)
+        self.last = now
+        if self.call.capture_bytes:
+            _capture(self.outcome, block, self.call.capture_bytes)
+        out, seen_done = _account(block, self.meter, strip_usage=self.call.strip_usage)
+        self.done = self.done or seen_done
+        return out
+
+
 async def _relay(
-    upstream: aiohttp.ClientResponse,
+    upstream: engine_http.Exchange,
     request: web.Request,
     outcome: Outcome,
     call: Call,
@@ -302,34 +331,32 @@ async def _relay(
             "X-TokenFleet-Model": _served_by(call, upstream, outcome),
         },
     )
-    last, done, pending = 0.0, False, b""
-    gaps = outcome.gaps
-    write = response.write
-    async for chunk in upstream.content.iter_any():
-        data = pending + chunk if pending else chunk
-        cut = data.rfind(_EVENT_END)
-        if cut < 0:  # no whole event yet: an event is counted (and sent) once it is complete
-            pending = data
-            continue
-        block, pending = data[: cut + 2], data[cut + 2 :]
-        now = time.monotonic()
-        if outcome.response is None:
-            if block.startswith(_ERROR_EVENT):  # refused in-band (e.g. KV cache full): not sent
-                raise _refused_in_band(block)
-            outcome.first_byte_at = now
-            outcome.response = response
-            await response.prepare(request)
-        else:
-            gaps.append(now - last)
-        last = now
-        if call.capture_bytes:
-            _capture(outcome, block, call.capture_bytes)
-        out, seen_done = _account(block, meter, strip_usage=call.strip_usage)
-        done = done or seen_done
-        await write(out)  # backpressure: waits while the client is slow
-    if pending.strip() and outcome.response is not None:
-        await write(pending)
-    if not done:
+    events = _Events(call, meter, outcome)
+    first = b""
+    while not first:  # the first whole event decides: refused in band, or the stream starts
+        piece = await upstream.next_piece()
+        if piece is None:
+            break
+        first = events.cut(piece)
+    if first:
+        if first.startswith(_ERROR_EVENT):  # refused in-band (e.g. KV cache full): not sent
+            raise _refused_in_band(first)
+        outcome.first_byte_at = time.monotonic()
+        outcome.response = response
+        chunked = request.version >= HttpVersion11
+        if chunked:
+            response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(events.relayed(first))  # the headers and the first chunk
+        if chunked:
+            await _relay_below(upstream, request, events)
+        else:  # an HTTP/1.0 client: no chunks, the body ends with the connection
+            while (piece := await upstream.next_piece()) is not None:
+                if block := events.cut(piece):
+                    await response.write(events.relayed(block))
+    if events.pending.strip() and outcome.response is not None:
+        await response.write(events.pending)
+    if not events.done:
         if outcome.response is None:
             raise UpstreamFailed(
                 Rejected(
@@ -345,6 +372,34 @@ async def _relay(
         await _error_event(outcome, Reason.UPSTREAM_ERROR, "the model server's stream ended early")
         return
     await response.write_eof()
+
+
+async def _relay_below(
+    upstream: engine_http.Exchange, request: web.Request, events: _Events
+) -> None:
+    """Every further event from the engine connection's reads to the client's transport, as
+    one HTTP chunk each (the framing aiohttp chose for the response's first chunk)."""
+    protocol = request.protocol
+
+    def send(piece: bytes) -> None:
+        block = events.cut(piece)
+        if not block:
+            return
+        out = events.relayed(block)
+        if not out:  # the usage event only the gateway asked for: nothing to send
+            return
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            raise ClientLeft("the client closed its connection")
+        transport.write(b"%x\r\n%s\r\n" % (len(out), out))
+
+    async def drained() -> None:
+        try:
+            await protocol._drain_helper()  # aiohttp's own wait for a paused transport
+        except ConnectionError:
+            raise ClientLeft("the client closed its connection") from None
+
+    await upstream.relay(send, slow=lambda: protocol.writing_paused, drained=drained)
 
 
 async def _error_event(outcome: Outcome, reason: Reason, message: str) -> None:

@@ -260,7 +260,7 @@ async def _sent(
 ) -> Spilled | tuple[str, bool]:
     """The request at ``remote``: its answer relayed, or why it failed before any byte."""
     key, route = state.remotes.key(remote, namespace=ask.entry.namespace), ask.entry.key
-    assert key is not None and state.session is not None
+    assert key is not None and state.engines is not None
     due = min(ask.due, time.monotonic() + remote.timeout_seconds)
     body = rules.remote_body(
         ask.engine_body, remote=remote, route_name=ask.entry.name, salt=ask.salt
@@ -291,7 +291,7 @@ async def _sent(
     gauge.inc()
     try:
         spilled.outcome = await proxy.forward(
-            call, session=state.session, request=request, meter=meter
+            call, client=state.engines, request=request, meter=meter
         )
     except proxy.UpstreamFailed as failed:
         begin(None)

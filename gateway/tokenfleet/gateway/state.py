@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from tokenfleet.gateway import engine_http
 from tokenfleet.gateway.adapter_slots import AdapterSlots
 from tokenfleet.gateway.budget_store import BudgetStore
 from tokenfleet.gateway.catalog import Catalog
@@ -39,7 +40,10 @@ class GatewayState:
     """Cached answers of deployments that enabled the response cache (none without Redis)."""
     catalog: Catalog = dataclasses.field(default_factory=Catalog)
     catalog_loaded: bool = False  # the first full catalog (models, tenants, endpoints) arrived
-    session: aiohttp.ClientSession | None = None
+    session: aiohttp.ClientSession | None = (
+        None  # adapter loads and other calls off the request path
+    )
+    engines: engine_http.Client | None = None  # requests to engines and remote gateways
     changed: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     """Set (and replaced) on every catalog swap: requests held for a cold start wait on it."""
     draining: bool = False
