@@ -253,7 +253,7 @@ async def _replay_leases(
                 )
             elif isinstance(step, Reserve):
                 args = ["reserve", step.tokens, 0, *limits.as_args(), left, repr(now)]
-                ok, _, reason = await per_request(keys=keys, args=args)
+                ok, _, _ = await per_request(keys=keys, args=args)
                 assert (int(ok) == 1) is (reference.reserve(limits, step.tokens, now) is None)
                 if int(ok):
                     open_reservations.append(step.tokens)
