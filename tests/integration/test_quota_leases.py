@@ -1,6 +1,7 @@
 """Quota leases against a real Redis (gateway.quota_store, policy.leases): fewer round trips,
-one shared limit held exactly across replicas, and every unspent share back in Redis when a
-tenant goes quiet, when a replica stops, or (for the per-minute buckets) by refill when it dies.
+one shared limit held exactly across replicas — concurrency limits too — and every unspent share
+back in Redis when a tenant goes quiet, when a replica stops, or (for the per-minute buckets) by
+refill when it dies.
 
 Two QuotaStore objects stand for two gateway replicas (each the whole of one process's quota
 state); the Redis balances are read directly.
@@ -48,6 +49,17 @@ async def levels(url: str, name: str, limits: quotas.Limits) -> tuple[float, flo
                 found.append(min(cap, float(level) + (now - float(at)) * cap / 60))
         used = await client.call("GET", tpd_key)
         return found[0], found[1], int(used or 0)
+    finally:
+        await client.close()
+
+
+async def running(url: str, name: str) -> tuple[int, int]:
+    """The shared concurrency counter (slots taken: requests in flight plus the leases' free
+    slots) and its key's time to live."""
+    client = redis_client.RespClient(url, timeout=5.0)
+    try:
+        key = quotas.keys(name, 0)[3]
+        return int(await client.call("GET", key) or 0), int(await client.call("TTL", key))
     finally:
         await client.close()
 
@@ -151,7 +163,7 @@ def test_a_replica_that_dies_loses_at_most_its_share(redis: Redis) -> None:
     assert 500 <= today <= 500 + leases.SHARE_OF_DAY * tpd
 
 
-def test_a_tenant_with_a_concurrency_limit_is_counted_per_request(redis: Redis) -> None:
+def test_a_tenant_with_a_small_concurrency_limit_is_counted_per_request(redis: Redis) -> None:
     limits = quotas.Limits(requests_per_minute=6000, max_concurrent=1)
 
     async def run() -> tuple[bool, bool, int]:
@@ -172,3 +184,150 @@ def test_a_tenant_with_a_concurrency_limit_is_counted_per_request(redis: Redis) 
 
     refused, then_admitted, calls = asyncio.run(run())
     assert refused and then_admitted and calls == 5  # reserve ×3 (one refused), settle ×2
+
+
+BENCH = quotas.Limits(  # bench/gateway_overhead.py's tenant
+    requests_per_minute=10**8, tokens_per_minute=10**10, max_concurrent=10**6
+)
+
+
+def test_two_replicas_never_run_more_than_max_concurrent(redis: Redis) -> None:
+    """Two replicas admit at once from one maxConcurrent of 60 (leased: 3 slots a lease at
+    most): never more than 60 in flight — first flooded with requests that do not finish, then
+    with requests that come and go — and once all settled and went idle, the counter is 0."""
+    limit = 60
+    limits = quotas.Limits(max_concurrent=limit)
+    assert leases.leasable(limits, share=0.5) and leases.slot_share(limits, 0.5) == 3
+
+    async def run() -> None:
+        a, b = (QuotaStore(url=redis.url, failure="open", replicas=2) for _ in range(2))
+        name = tenant()
+        try:
+            # a flood that never settles: at most the limit, and leases refuse no more than
+            # the slots the replicas hold free (a lease's cap less one each)
+            flood = await asyncio.gather(
+                *((a if i % 2 else b).reserve(name, limits, 10) for i in range(3 * limit))
+            )
+            held = [r for r in flood if isinstance(r, Reservation)]
+            assert all(r.leased for r in held)
+            counted, _ = await running(redis.url, name)
+            assert limit - 2 * 2 <= len(held) <= limit and len(held) <= counted <= limit
+            for i, r in enumerate(flood):
+                if isinstance(r, Reservation):
+                    await (a if i % 2 else b).settle(r, 10)
+            # requests that come and go on both replicas: a shared count of what runs
+            in_flight, most = 0, 0
+
+            async def one(store: QuotaStore, hold: float) -> None:
+                nonlocal in_flight, most
+                taken = await store.reserve(name, limits, 10)
+                if isinstance(taken, Rejected):
+                    return
+                in_flight += 1
+                most = max(most, in_flight)
+                await asyncio.sleep(hold)
+                in_flight -= 1
+                await store.settle(taken, 10)
+
+            await asyncio.gather(*(one(a if i % 3 else b, (i % 7) / 200) for i in range(600)))
+            assert limit - 2 * 3 <= most <= limit, most  # reached, never passed
+            # everything settled: what the replicas hold free goes back once idle
+            await asyncio.sleep(leases.IDLE_SECONDS + 2 * HOUSEKEEPING_SECONDS)
+            assert (await running(redis.url, name))[0] == 0
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(run())
+
+
+def test_a_leased_concurrency_limit_costs_few_round_trips(redis: Redis) -> None:
+    async def run() -> tuple[int, int]:
+        store = QuotaStore(url=redis.url, failure="open", replicas=1)
+        name = tenant()
+        try:
+            assert leases.leasable(BENCH, share=1.0)
+            assert all([await serve(store, name, BENCH, tokens=100, used=60) for _ in range(40)])
+            sequential = store.calls
+            gate = asyncio.Semaphore(16)  # then 400 requests, 16 at a time
+
+            async def one() -> bool:
+                async with gate:
+                    taken = await store.reserve(name, BENCH, 100)
+                    assert isinstance(taken, Reservation) and taken.leased
+                    await asyncio.sleep(0.001)
+                    await store.settle(taken, 60)
+                    return True
+
+            assert all(await asyncio.gather(*(one() for _ in range(400))))
+            counted, ttl = await running(redis.url, name)
+            assert 0 < counted <= 16 + leases.REQUESTS_PER_LEASE and 0 < ttl <= 3600
+            return sequential, store.calls - sequential
+        finally:
+            await store.close()
+
+    sequential, concurrent = asyncio.run(run())
+    # without leases: 2 round trips per request (80 and 800)
+    assert sequential <= 40 // leases.REQUESTS_PER_LEASE, sequential
+    # the first 16 ask at once; then one grant per REQUESTS_PER_LEASE requests
+    assert concurrent <= 16 + 400 // leases.REQUESTS_PER_LEASE, concurrent
+
+
+def test_a_small_concurrency_limit_frees_a_slot_for_the_other_replica_at_once(
+    redis: Redis,
+) -> None:
+    limits = quotas.Limits(max_concurrent=3)
+    assert not leases.leasable(limits, share=0.5)
+
+    async def run() -> None:
+        a, b = (QuotaStore(url=redis.url, failure="open", replicas=2) for _ in range(2))
+        name = tenant()
+        try:
+            taken = [await a.reserve(name, limits, 1) for _ in range(3)]
+            assert all(isinstance(r, Reservation) and not r.leased for r in taken)
+            assert isinstance(await b.reserve(name, limits, 1), Rejected)  # all 3 run on a
+            first = taken[0]
+            assert isinstance(first, Reservation)
+            await a.settle(first, 1)
+            assert isinstance(await b.reserve(name, limits, 1), Reservation)  # at once
+            assert a.calls == 4 and b.calls == 2  # per request, as without leases
+            assert (await running(redis.url, name))[0] == 3
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(run())
+
+
+def test_a_stopping_replica_returns_its_free_slots_and_keeps_the_running_ones(
+    redis: Redis,
+) -> None:
+    async def run() -> None:
+        store = QuotaStore(url=redis.url, failure="open", replicas=1)
+        name = tenant()
+        assert await serve(store, name, BENCH, tokens=10, used=10)
+        running_one = await store.reserve(name, BENCH, 10)
+        assert isinstance(running_one, Reservation) and running_one.leased
+        counted, ttl = await running(redis.url, name)
+        assert counted == leases.REQUESTS_PER_LEASE and 3500 < ttl <= 3600  # a lease of slots
+        await store.close()
+        # the free slots are back; the one still running stays counted, as without leases
+        assert (await running(redis.url, name))[0] == 1
+
+    asyncio.run(run())
+
+
+def test_a_replica_that_dies_keeps_at_most_a_lease_of_slots_until_the_key_expires(
+    redis: Redis,
+) -> None:
+    async def run() -> None:
+        name = tenant()
+        dead = QuotaStore(url=redis.url, failure="open", replicas=1)
+        taken = await dead.reserve(name, BENCH, 10)
+        assert isinstance(taken, Reservation)
+        if dead._housekeeping is not None:
+            dead._housekeeping.cancel()  # it never runs again, nor settles
+        counted, ttl = await running(redis.url, name)
+        assert counted == leases.slot_share(BENCH, 1.0) and 0 < ttl <= 3600
+
+    asyncio.run(run())

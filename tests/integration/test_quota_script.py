@@ -5,8 +5,9 @@ day boundary too — run through the real Lua script in a real redis-server and 
 for random RPM, TPM, TPD and concurrency limits (each possibly unlimited). Every decision (ok,
 reason, retry-after) and every stored balance must be equal. Levels are stored with 17
 significant digits, so "equal" is exact: the documented rounding is none. The lease script
-(quotas.LEASE_LUA: grants of at least what a request needs and up to more, and their return,
-debts included) is held to Buckets.lease and Buckets.give_back the same way.
+(quotas.LEASE_LUA: grants of at least what a request needs and up to more, concurrency slots
+included, and their return, debts included) is held to Buckets.lease and Buckets.give_back the
+same way, interleaved with per-request reserve and settle on the same concurrency counter.
 """
 
 from __future__ import annotations
@@ -160,12 +161,15 @@ class Lease:
     tokens: int
     extra_requests: int
     extra_tokens: int
+    slots: int = 0
+    extra_slots: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
 class GiveBack:
     requests: int
     tokens: int  # negative: a debt charged
+    slots: int = 0  # free slots (more than the counter holds: it stops at 0)
 
 
 lease_ops = st.lists(
@@ -176,8 +180,18 @@ lease_ops = st.lists(
             tokens=st.integers(0, 300),
             extra_requests=st.integers(0, 10),
             extra_tokens=st.integers(0, 600),
+            slots=st.integers(0, 2),
+            extra_slots=st.integers(0, 8),
         ),
-        st.builds(GiveBack, requests=st.integers(0, 10), tokens=st.integers(-100, 600)),
+        st.builds(
+            GiveBack,
+            requests=st.integers(0, 10),
+            tokens=st.integers(-100, 600),
+            slots=st.integers(0, 6),
+        ),
+        # per-request reservations on the same counters (a tenant not leased on some replica)
+        st.builds(Reserve, tokens=st.integers(min_value=0, max_value=300)),
+        st.builds(Settle, which=st.integers(0, 50), used=st.integers(min_value=0, max_value=400)),
         st.builds(Advance, seconds=st.floats(min_value=0.0, max_value=90.0, allow_nan=False)),
     ),
     min_size=1,
@@ -190,10 +204,11 @@ async def _replay_leases(
 ) -> None:
     client = redis_client.RespClient(url, timeout=5.0)
     script = redis_client.Script(client, quotas.LEASE_LUA)
+    per_request = redis_client.Script(client, quotas.LUA)
     tenant = f"lease-{next(_tenants)}"
     reference = quotas.Buckets()
-    rpm, tpm, tpd, _ = limits.as_args()
-    now = start
+    rpm, tpm, tpd, conc = limits.as_args()
+    now, open_reservations = start, []
     try:
         for step in steps:
             day, left = quotas.day_of(now)
@@ -203,28 +218,50 @@ async def _replay_leases(
                 continue
             if isinstance(step, Lease):
                 args = [
-                    "lease", step.requests, step.tokens, step.extra_requests, step.extra_tokens,
-                    rpm, tpm, tpd, left, repr(now),
+                    "lease", step.requests, step.tokens, step.slots,
+                    step.extra_requests, step.extra_tokens, step.extra_slots,
+                    rpm, tpm, tpd, conc, left, repr(now),
                 ]  # fmt: skip
-                ok, first, second = await script(keys=keys[:3], args=args)
+                ok, first, second, third = await script(keys=keys, args=args)
                 expected = reference.lease(
                     limits,
                     requests=step.requests,
                     tokens=step.tokens,
                     extra_requests=step.extra_requests,
                     extra_tokens=step.extra_tokens,
+                    slots=step.slots,
+                    extra_slots=step.extra_slots,
                     now=now,
                 )
                 if isinstance(expected, tuple):
-                    assert (int(ok), int(first), int(second)) == (1, *expected), step
+                    assert (int(ok), int(first), int(second), int(third)) == (1, *expected), step
                     assert expected[0] >= step.requests and expected[1] >= step.tokens
+                    if limits.max_concurrent is not None:
+                        assert step.slots <= expected[2] <= step.slots + step.extra_slots
+                        assert reference.concurrent <= limits.max_concurrent or not expected[2]
                 else:
                     got = quotas.refusal(second.decode(), int(first), limits, step.tokens)
                     assert int(ok) == 0 and got == expected, (step, second, first)
             elif isinstance(step, GiveBack):
-                args = ["return", step.requests, step.tokens, 0, 0, rpm, tpm, tpd, left, repr(now)]
-                assert [int(x) for x in await script(keys=keys[:3], args=args)] == [1, 0, 0]
-                reference.give_back(limits, requests=step.requests, tokens=step.tokens, now=now)
+                args = [
+                    "return", step.requests, step.tokens, step.slots, 0, 0, 0,
+                    rpm, tpm, tpd, conc, left, repr(now),
+                ]  # fmt: skip
+                assert [int(x) for x in await script(keys=keys, args=args)] == [1, 0, 0, 0]
+                reference.give_back(
+                    limits, requests=step.requests, tokens=step.tokens, slots=step.slots, now=now
+                )
+            elif isinstance(step, Reserve):
+                args = ["reserve", step.tokens, 0, *limits.as_args(), left, repr(now)]
+                ok, _, _ = await per_request(keys=keys, args=args)
+                assert (int(ok) == 1) is (reference.reserve(limits, step.tokens, now) is None)
+                if int(ok):
+                    open_reservations.append(step.tokens)
+            elif isinstance(step, Settle) and open_reservations:
+                refund = open_reservations.pop(step.which % len(open_reservations)) - step.used
+                args = ["settle", 0, refund, *limits.as_args(), left, repr(now)]
+                await per_request(keys=keys, args=args)
+                reference.settle(limits, refund, now)
             await _same_balances(client, keys, reference, day)
     finally:
         await client.close()
@@ -239,6 +276,7 @@ async def _replay_leases(
     rpm=limit,
     tpm=limit,
     tpd=st.one_of(st.none(), st.integers(min_value=1, max_value=2000)),
+    conc=st.one_of(st.none(), st.integers(min_value=1, max_value=12)),
     start=st.one_of(
         st.floats(min_value=1.8e9, max_value=1.9e9, allow_nan=False),
         st.integers(min_value=20_000, max_value=21_000).map(lambda d: d * DAY - 30.0),
@@ -250,8 +288,11 @@ def test_the_lease_script_grants_and_counts_exactly_like_buckets(
     rpm: int | None,
     tpm: int | None,
     tpd: int | None,
+    conc: int | None,
     start: float,
     steps: list[object],
 ) -> None:
-    limits = quotas.Limits(requests_per_minute=rpm, tokens_per_minute=tpm, tokens_per_day=tpd)
+    limits = quotas.Limits(
+        requests_per_minute=rpm, tokens_per_minute=tpm, tokens_per_day=tpd, max_concurrent=conc
+    )
     asyncio.run(_replay_leases(redis.url, limits, start, steps))

@@ -2,8 +2,9 @@
 
 Most requests do not wait for Redis: they are admitted from a lease, a small share of the
 tenant's budget this replica took earlier (:mod:`~tokenfleet.gateway.policy.leases`, which
-states the bound), and settle into it; a background task gives idle shares back. Tenants with a
-concurrency limit reserve and settle in Redis per request.
+states the bound), and settle into it; a background task gives idle shares back. Tenants whose
+concurrency limit is too small to lease (``leases.leasable``) reserve and settle in Redis per
+request.
 
 When Redis is unreachable the configured policy holds: fail-open serves with local limits (each
 replica enforces its share, quota / expected replicas, in memory), fail-closed refuses with 503
@@ -32,6 +33,7 @@ log = logging.getLogger("tokenfleet.gateway.quotas")
 REDIS_TIMEOUT_SECONDS = 0.5  # a quota check must never hold a request longer than this
 RETRY_REDIS_SECONDS = 2.0
 HOUSEKEEPING_SECONDS = 0.5  # how often idle leases are given back and Redis's health checked
+GRANT_ATTEMPTS = 3  # grants whose slot a request that came meanwhile drew, before per-request
 
 
 @dataclasses.dataclass(slots=True)
@@ -43,7 +45,8 @@ class Reservation:
     tokens: int
     local: bool  # taken from the local fallback, not Redis
     settled: bool = False
-    leased: bool = False  # admitted from this replica's lease: settles into it
+    leased: bool = False  # admitted from this replica's lease: settles into it (and so does
+    # its concurrency slot, if its limits count them: a leased request always drew one)
 
 
 class QuotaStore:
@@ -98,7 +101,7 @@ class QuotaStore:
     ) -> Reservation | Rejected:
         if limits == quotas.Limits():
             return Reservation(tenant=tenant, limits=limits, tokens=tokens, local=True)
-        if self._lease_script is not None and leases.leasable(limits):
+        if self._lease_script is not None and leases.leasable(limits, share=self._share):
             leased = await self._from_lease(tenant, limits, tokens)
             if leased is not None:
                 return leased
@@ -139,11 +142,12 @@ class QuotaStore:
             return
         refund = reservation.tokens - used_tokens
         if reservation.leased:
-            # into the tenant's lease as it is now (a new one if it was given back meanwhile)
-            lease = self._leases.setdefault(
-                reservation.tenant, leases.Lease(limits=reservation.limits)
-            )
-            lease.settle(refund, time.monotonic())
+            # into the tenant's lease as it is now; its slot, still counted in Redis, becomes a
+            # free slot of the lease
+            lease = self._lease_of(reservation.tenant, reservation.limits)
+            slot_of = reservation.limits if reservation.limits.max_concurrent is not None else None
+            if lease.settle(refund, time.monotonic(), slot_of=slot_of):
+                await self._return_slots(reservation.tenant, lease, 1)
             return
         if reservation.local:
             self._local.setdefault(reservation.tenant, quotas.Buckets()).settle(
@@ -170,6 +174,12 @@ class QuotaStore:
         self.calls += 1
         self._last_call = time.monotonic()
 
+    def _lease_of(self, tenant: str, limits: quotas.Limits) -> leases.Lease:
+        """The tenant's lease; one lease object per tenant for the replica's life (emptied, not
+        dropped, when given back), so a grant or settlement that lands after a give-back still
+        lands in the lease requests draw on."""
+        return self._leases.setdefault(tenant, leases.Lease(limits=limits, share=self._share))
+
     async def _from_lease(
         self, tenant: str, limits: quotas.Limits, tokens: int
     ) -> Reservation | Rejected | None:
@@ -177,51 +187,73 @@ class QuotaStore:
         cannot be asked (the caller's fallback decides)."""
         if limits.tokens_per_minute is not None and tokens > limits.tokens_per_minute:
             return quotas.refusal("tokens_per_minute_too_small", -1, limits, tokens)
-        now = time.monotonic()
-        lease = self._leases.get(tenant)
-        if lease is not None and lease.limits != limits:  # the tenant's limits changed
+        lease = self._lease_of(tenant, limits)
+        if lease.limits != limits:  # the tenant's limits changed: what it holds goes back first
             await self._give_back(lambda held: held is lease)
-            lease = None
-        if lease is None:
-            lease = self._leases[tenant] = leases.Lease(limits=limits)
+            if lease.holds():
+                return None  # could not be given back: Redis is down
+            lease.limits = limits
         reservation = Reservation(tenant=tenant, limits=limits, tokens=tokens, local=False)
         reservation.leased = True
-        if lease.take(tokens, now):
+        if lease.take(tokens, time.monotonic()):
             return reservation
-        if not self._use_redis():
-            return None
-        requests, least = lease.shortfall(tokens)
+        for _ in range(GRANT_ATTEMPTS):
+            if not self._use_redis():
+                return None
+            granted = await self._grant(tenant, lease, tokens)
+            if not isinstance(granted, tuple):
+                return granted
+            if lease.limits != limits:  # they changed while we asked: the grant goes back
+                await self._return(tenant, limits, *granted)
+                return None
+            lease.add(*granted[:2], time.monotonic(), slots=granted[2])
+            if lease.has_slot():
+                # The grant covers the shortfall seen before the round trip; if a settlement
+                # charged the lease more meanwhile, the request still goes (the debt is the
+                # prompt estimate's overshoot, repaid by the next grant). A slot allows no debt.
+                lease.draw(tokens, time.monotonic())
+                return reservation
+            # a request that came meanwhile drew the slot: ask again
+        return None  # the exact per-request path decides
+
+    async def _grant(
+        self, tenant: str, lease: leases.Lease, tokens: int
+    ) -> tuple[int, int, int] | Rejected | None:
+        """Ask Redis for what the lease lacks to admit ``tokens``, and some more: (requests,
+        tokens, slots) granted, the refusal, or None if Redis cannot be reached."""
+        limits = lease.limits
+        requests, least, slots = lease.shortfall(tokens)
         extra_requests, extra_tokens = leases.extras(limits, tokens=tokens, share=self._share)
         day, left = quotas.day_of(time.time())
-        rpm, tpm, tpd, _ = limits.as_args()
+        args = [
+            "lease", requests, least, slots,
+            extra_requests, extra_tokens, lease.extra_slots(),
+            *limits.as_args(), left,
+        ]  # fmt: skip
         assert self._lease_script is not None
         self._count_call()
+        lease.asking += 1
         try:
-            answer = await self._lease_script(
-                keys=quotas.keys(tenant, day)[:3],
-                args=["lease", requests, least, extra_requests, extra_tokens, rpm, tpm, tpd, left],
-            )
+            answer = await self._lease_script(keys=quotas.keys(tenant, day), args=args)
         except (redis_client.RespError, OSError, TimeoutError) as exc:
             self._mark(False, exc)
             return None
+        finally:
+            lease.asking -= 1
         self._mark(True)
         self._start_housekeeping()
         if not int(answer[0]):
             reason = answer[2].decode() if isinstance(answer[2], bytes) else str(answer[2])
             return quotas.refusal(reason, int(answer[1]), limits, tokens)
-        # The grant covers the shortfall seen before the round trip; if a settlement charged
-        # the lease more meanwhile, the request still goes (the debt is the prompt estimate's
-        # overshoot, repaid by the next grant).
-        lease.add(int(answer[1]), int(answer[2]), time.monotonic())
-        lease.draw(tokens, time.monotonic())
-        return reservation
+        return int(answer[1]), int(answer[2]), int(answer[3])
 
     def _start_housekeeping(self) -> None:
         if self._housekeeping is None or self._housekeeping.done():
             self._housekeeping = asyncio.create_task(self._keep_house())
 
     async def _keep_house(self) -> None:
-        """Give idle leases back; while nothing else asks Redis, ask it how it is."""
+        """Give idle leases back, and free slots beyond a lease's cap; while nothing else asks
+        Redis, ask it how it is."""
         while True:
             await asyncio.sleep(HOUSEKEEPING_SECONDS)
             now = time.monotonic()
@@ -236,24 +268,41 @@ class QuotaStore:
                     self._mark(True)
 
     async def _give_back(self, due: Callable[[leases.Lease], bool]) -> None:
-        """Return the unspent part of every lease ``due(lease)`` picks; one that cannot be
-        returned now (Redis down) is kept and tried again."""
+        """Return what every lease ``due(lease)`` picks holds unspent — its free slots, not the
+        slots of its requests still running — and of the others their free slots beyond the
+        cap; what cannot be returned now (Redis down) is kept and tried again."""
         if self._lease_script is None:
             return
         for tenant, lease in list(self._leases.items()):
-            if not due(lease):
+            if due(lease):
+                requests, tokens, slots = lease.hand_back()
+            else:
+                requests, tokens, slots = 0, 0, lease.surplus_slots()
+            if not (requests or tokens or slots):
                 continue
-            if lease.requests or lease.tokens:
-                day, left = quotas.day_of(time.time())
-                rpm, tpm, tpd, _ = lease.limits.as_args()
-                self._count_call()
-                try:
-                    await self._lease_script(
-                        keys=quotas.keys(tenant, day)[:3],
-                        args=["return", lease.requests, lease.tokens, 0, 0, rpm, tpm, tpd, left],
-                    )
-                except (redis_client.RespError, OSError, TimeoutError) as exc:
-                    self._mark(False, exc)
-                    return
-            if self._leases.get(tenant) is lease:
-                del self._leases[tenant]
+            if not await self._return(tenant, lease.limits, requests, tokens, slots):
+                lease.keep(requests, tokens, slots)
+                return
+
+    async def _return_slots(self, tenant: str, lease: leases.Lease, slots: int) -> None:
+        """Give ``slots`` free slots (already out of ``lease``) back to the shared counter; kept
+        in the lease if Redis cannot take them now (given back with it later)."""
+        if slots and not await self._return(tenant, lease.limits, 0, 0, slots):
+            lease.keep(0, 0, slots)
+
+    async def _return(
+        self, tenant: str, limits: quotas.Limits, requests: int, tokens: int, slots: int
+    ) -> bool:
+        """One ``return`` round trip; whether Redis took it."""
+        assert self._lease_script is not None
+        day, left = quotas.day_of(time.time())
+        self._count_call()
+        try:
+            await self._lease_script(
+                keys=quotas.keys(tenant, day),
+                args=["return", requests, tokens, slots, 0, 0, 0, *limits.as_args(), left],
+            )
+        except (redis_client.RespError, OSError, TimeoutError) as exc:
+            self._mark(False, exc)
+            return False
+        return True

@@ -1,21 +1,37 @@
 """Quota leases: a gateway replica holds a small share of a tenant's shared budget in memory.
 
 Without them every request costs two Redis round trips (reserve, settle). With them a replica
-takes a few requests' worth of a tenant's requests-per-minute, tokens-per-minute and
-tokens-per-day at once (:data:`~tokenfleet.gateway.policy.quotas.LEASE_LUA`), admits requests
-from that share in memory, settles into it, and gives back what it did not use once the tenant
-has been quiet on this replica for :data:`IDLE_SECONDS` (or after :data:`HOLD_SECONDS` at
+takes a few requests' worth of a tenant's requests-per-minute, tokens-per-minute, tokens-per-day
+and concurrency slots at once (:data:`~tokenfleet.gateway.policy.quotas.LEASE_LUA`), admits
+requests from that share in memory, settles into it, and gives back what it did not use once the
+tenant has been quiet on this replica for :data:`IDLE_SECONDS` (or after :data:`HOLD_SECONDS` at
 most). A busy tenant costs one round trip per :data:`REQUESTS_PER_LEASE` requests.
 
 The bound, across any number of replicas: the shared limits hold exactly as without leases,
 because every request is drawn from a share already taken from the shared balances — the one
-way usage exceeds a limit is still an underestimated prompt (policy.quotas). What leasing costs
-is the other direction: a share held by one replica is not available to the others until it is
-given back, at most ``min(REQUESTS_PER_LEASE requests, SHARE_OF_LIMIT of the limit)`` per
-replica and tenant. A replica that dies keeps its share: the per-minute buckets refill it by
-themselves (within ``SHARE_OF_LIMIT`` × 60 s = 6 s), tokens per day lose at most
-``SHARE_OF_DAY`` of the day's limit per death. Concurrency limits need an exact count of what
-runs now, so tenants with ``maxConcurrent`` are not leased (two round trips, as before).
+way usage exceeds a limit is still an underestimated prompt (policy.quotas). Concurrency too:
+a leased request runs on a slot already counted in the shared counter (taken only while the
+counter stays ≤ ``maxConcurrent``), so the requests in flight across all replicas never exceed
+``maxConcurrent``. A request's slot returns to the lease when it settles; only free (idle) slots
+are given back, never those of requests still running.
+
+What leasing costs is the other direction: a share held by one replica is not available to the
+others until it is given back, at most ``min(REQUESTS_PER_LEASE requests, SHARE_OF_LIMIT of the
+limit)`` per replica and tenant. For concurrency that is at most :func:`slot_share` free slots
+(a grant leaves one fewer, while a grant is under way others ask for no more than their own
+slot); settlements may fill a lease beyond that with the slots of requests that just finished,
+which others may reuse at once, and the store gives the surplus back at its next housekeeping
+beat (half a second: ``quota_store.HOUSEKEEPING_SECONDS``). A replica that dies keeps its share: the
+per-minute buckets refill it by themselves (within ``SHARE_OF_LIMIT`` × 60 s = 6 s), tokens per
+day lose at most ``SHARE_OF_DAY`` of the day's limit per death, and the concurrency counter keeps
+the dead replica's slots — those of its requests in flight, as without leases, plus at most
+:func:`slot_share` free ones — until the counter's key expires (an hour after the last grant or
+reservation of any replica).
+
+Which tenants are leased (:func:`leasable`): any with a limit, except that a concurrency limit
+too small to lease more than one slot at a time (:func:`slot_share` < 2: ``maxConcurrent`` ×
+``SHARE_OF_LIMIT`` / replicas < 2, e.g. 10 with 2 replicas) keeps the exact per-request path —
+reserve and settle in Redis — so that a slot one replica frees is at once free for the others.
 
 Pure: no I/O, clocks or randomness; times are passed in.
 """
@@ -34,56 +50,132 @@ IDLE_SECONDS = 2.0  # give a share back once the tenant has been quiet this long
 HOLD_SECONDS = 10.0  # and after this long in any case, so that shares move to where demand is
 
 
-def leasable(limits: Limits) -> bool:
-    """Whether a tenant's requests are admitted from a lease (see the module's docstring)."""
-    return limits != Limits() and limits.max_concurrent is None
+def slot_share(limits: Limits, share: float) -> int:
+    """The most concurrency slots one replica's lease holds free: ``SHARE_OF_LIMIT`` of this
+    replica's share (``share`` = 1 / replicas) of ``maxConcurrent``, at most
+    :data:`REQUESTS_PER_LEASE`; 0 without a concurrency limit."""
+    if limits.max_concurrent is None:
+        return 0
+    return min(REQUESTS_PER_LEASE, math.floor(limits.max_concurrent * SHARE_OF_LIMIT * share))
+
+
+def leasable(limits: Limits, *, share: float) -> bool:
+    """Whether a tenant's requests are admitted from a lease: it has a limit, and a concurrency
+    limit, if any, leaves room for a lease of at least two slots (see the module's docstring)."""
+    if limits == Limits():
+        return False
+    return limits.max_concurrent is None or slot_share(limits, share) >= 2
 
 
 @dataclasses.dataclass(slots=True)
 class Lease:
     """What one replica holds of one tenant's budget. ``tokens`` goes below zero when requests
-    used more than they reserved: the next lease covers that debt first."""
+    used more than they reserved: the next lease covers that debt first. ``free_slots`` are
+    concurrency slots counted in Redis that no request of this replica runs on; with a
+    concurrency limit every admitted request draws one, and its settlement brings it back."""
 
     limits: Limits
+    share: float = 1.0  # this replica's part of the limits: 1 / replicas
     requests: int = 0
     tokens: int = 0
+    free_slots: int = 0
+    asking: int = 0  # grants under way for this lease (the I/O shell counts them)
     taken_at: float = 0.0  # when the first share of this lease was granted
     used_at: float = 0.0  # the last admission or settlement
 
+    @property
+    def counts_slots(self) -> bool:
+        return self.limits.max_concurrent is not None
+
+    @property
+    def max_free_slots(self) -> int:
+        return slot_share(self.limits, self.share)
+
+    def holds(self) -> bool:
+        return self.requests != 0 or self.tokens != 0 or self.free_slots != 0
+
+    def has_slot(self) -> bool:
+        return not self.counts_slots or self.free_slots >= 1
+
     def take(self, tokens: int, now: float) -> bool:
         """Admit one request of ``tokens`` from the share, if it covers it."""
-        if self.requests < 1 or self.tokens < tokens:
+        if self.requests < 1 or self.tokens < tokens or not self.has_slot():
             return False
         self.draw(tokens, now)
         return True
 
     def draw(self, tokens: int, now: float) -> None:
-        """Admit one request of ``tokens`` whether or not the share covers it."""
+        """Admit one request of ``tokens`` whether or not the share covers its request and
+        tokens (a debt the next grant covers first) — but never without a slot: a concurrency
+        limit allows no debt, so check :meth:`has_slot` first."""
+        assert self.has_slot()
         self.requests -= 1
         self.tokens -= tokens
+        if self.counts_slots:
+            self.free_slots -= 1
         self.used_at = now
 
-    def shortfall(self, tokens: int) -> tuple[int, int]:
-        """(requests, tokens) a new grant must bring at the least to admit ``tokens``."""
-        return max(0, 1 - self.requests), max(0, tokens - self.tokens)
+    def shortfall(self, tokens: int) -> tuple[int, int, int]:
+        """(requests, tokens, slots) a new grant must bring at the least to admit ``tokens``."""
+        slots = max(0, 1 - self.free_slots) if self.counts_slots else 0
+        return max(0, 1 - self.requests), max(0, tokens - self.tokens), slots
 
-    def add(self, requests: int, tokens: int, now: float) -> None:
+    def extra_slots(self) -> int:
+        """Slots a grant may bring beyond :meth:`shortfall`'s: as many as leave
+        ``max_free_slots - 1`` free once the asking request drew its own, so that its
+        settlement fills the lease to ``max_free_slots`` at most; none while another grant is
+        under way (several at once would fill the lease several times)."""
+        if not self.counts_slots or self.asking > 0:
+            return 0
+        return max(0, self.max_free_slots - max(self.free_slots, 1))
+
+    def add(self, requests: int, tokens: int, now: float, slots: int = 0) -> None:
         """A grant arrived."""
-        if self.requests <= 0 and self.tokens <= 0:
+        if self.requests <= 0 and self.tokens <= 0 and self.free_slots <= 0:
             self.taken_at = now  # a fresh share: its hold time starts now
         self.requests += requests
         self.tokens += tokens
+        self.free_slots += slots
 
-    def settle(self, refund: int, now: float) -> None:
+    def settle(self, refund: int, now: float, *, slot_of: Limits | None = None) -> bool:
         """A request finished: what it reserved and did not use comes back (negative: it used
-        more)."""
+        more), and so does its concurrency slot, if it drew one (under the limits ``slot_of``),
+        as a free slot. Returns whether the slot must go straight back to the shared counter
+        instead: it was drawn under other limits (they changed since)."""
         self.tokens += refund
         self.used_at = now
+        if slot_of is None:
+            return False
+        if slot_of != self.limits:
+            return True
+        self.free_slots += 1
+        return False
+
+    def surplus_slots(self) -> int:
+        """Free slots beyond ``max_free_slots`` (settlements brought them), taken out of the
+        lease: give them back to the shared counter."""
+        surplus = max(0, self.free_slots - self.max_free_slots)
+        self.free_slots -= surplus
+        return surplus
 
     def due(self, now: float) -> bool:
         """Time to give the share back: the tenant went quiet here, or it was held long enough."""
-        holds = self.requests != 0 or self.tokens != 0
-        return holds and (now - self.used_at >= IDLE_SECONDS or now - self.taken_at >= HOLD_SECONDS)
+        return self.holds() and (
+            now - self.used_at >= IDLE_SECONDS or now - self.taken_at >= HOLD_SECONDS
+        )
+
+    def hand_back(self) -> tuple[int, int, int]:
+        """Empty the lease: (requests, tokens, free slots) to give back. Emptied before the
+        round trip, so that no request draws on what is on its way back."""
+        held = self.requests, self.tokens, self.free_slots
+        self.requests = self.tokens = self.free_slots = 0
+        return held
+
+    def keep(self, requests: int, tokens: int, slots: int) -> None:
+        """What could not be given back (Redis down) stays held, to be tried again."""
+        self.requests += requests
+        self.tokens += tokens
+        self.free_slots += slots
 
 
 def extras(limits: Limits, *, tokens: int, share: float) -> tuple[int, int]:

@@ -141,20 +141,24 @@ return {1, 0, ''}
 
 
 # Leases (tokenfleet.gateway.policy.leases): one replica takes a share of the RPM, TPM and TPD
-# budgets at once and draws on it in memory. KEYS: the rpm and tpm buckets and the tpd counter,
-# as above. ARGV: op ("lease" | "return"), requests, tokens, extra_requests, extra_tokens, rpm,
-# tpm, tpd, day_seconds_left, [clock]. lease grants at least (requests, tokens) — else refuses as
-# reserve does — and up to the extras more, as far as the balances reach: {1, requests granted,
-# tokens granted} or {0, retry_after_ms, reason}. return gives (requests, tokens) back (negative
-# tokens: charges them): {1, 0, 0}.
+# budgets and of the concurrency slots at once and draws on it in memory. KEYS: as above. ARGV:
+# op ("lease" | "return"), requests, tokens, slots, extra_requests, extra_tokens, extra_slots,
+# rpm, tpm, tpd, conc, day_seconds_left, [clock]. lease grants at least (requests, tokens,
+# slots) — else refuses as reserve does (slots only while counter + slots <= conc) — and up to
+# the extras more, as far as the balances reach: {1, requests, tokens, slots granted} or {0,
+# retry_after_ms, reason, 0}. A grant refreshes the concurrency counter's expiry as a
+# reservation does (so it lasts while any replica admits requests). return gives (requests,
+# tokens, slots) back (negative tokens: charges them; the counter never goes below 0, whatever
+# the limits now): {1, 0, 0, 0}.
 LEASE_LUA = (
-    _prelude(10)
+    _prelude(13)
     + """
 local op = ARGV[1]
-local requests, tokens = tonumber(ARGV[2]), tonumber(ARGV[3])
-local extra_requests, extra_tokens = tonumber(ARGV[4]), tonumber(ARGV[5])
-local rpm, tpm, tpd = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local day_left = tonumber(ARGV[9])
+local requests, tokens, slots = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local extra_requests, extra_tokens = tonumber(ARGV[5]), tonumber(ARGV[6])
+local extra_slots = tonumber(ARGV[7])
+local rpm, tpm, tpd = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local conc, day_left = tonumber(ARGV[11]), tonumber(ARGV[12])
 
 local function count_day(delta)
   redis.call('INCRBY', KEYS[3], delta)
@@ -165,30 +169,42 @@ if op == 'return' then
   if rpm >= 0 and requests ~= 0 then store(KEYS[1], level(KEYS[1], rpm) + requests) end
   if tpm >= 0 and tokens ~= 0 then store(KEYS[2], level(KEYS[2], tpm) + tokens) end
   if tpd >= 0 and tokens ~= 0 then count_day(0 - tokens) end
-  return {1, 0, 0}
+  if slots > 0 then
+    local back = math.min(slots, tonumber(redis.call('GET', KEYS[4]) or '0'))
+    if back > 0 then redis.call('DECRBY', KEYS[4], back) end
+  end
+  return {1, 0, 0, 0}
 end
 
 local r = rpm >= 0 and level(KEYS[1], rpm) or 0
 local t = tpm >= 0 and level(KEYS[2], tpm) or 0
 local day_used = tpd >= 0 and tonumber(redis.call('GET', KEYS[3]) or '0') or 0
+local running = conc >= 0 and tonumber(redis.call('GET', KEYS[4]) or '0') or 0
 if rpm >= 0 and r < requests then
-  return {0, math.ceil((requests - r) * 60000 / rpm), 'requests_per_minute'}
+  return {0, math.ceil((requests - r) * 60000 / rpm), 'requests_per_minute', 0}
 end
-if tpm >= 0 and tokens > tpm then return {0, -1, 'tokens_per_minute_too_small'} end
+if tpm >= 0 and tokens > tpm then return {0, -1, 'tokens_per_minute_too_small', 0} end
 if tpm >= 0 and t < tokens then
-  return {0, math.ceil((tokens - t) * 60000 / tpm), 'tokens_per_minute'}
+  return {0, math.ceil((tokens - t) * 60000 / tpm), 'tokens_per_minute', 0}
 end
-if tpd >= 0 and day_used + tokens > tpd then return {0, day_left * 1000, 'tokens_per_day'} end
+if tpd >= 0 and day_used + tokens > tpd then return {0, day_left * 1000, 'tokens_per_day', 0} end
+if conc >= 0 and slots > 0 and running + slots > conc then return {0, 1000, 'max_concurrent', 0} end
 local granted_requests, granted_tokens = requests + extra_requests, tokens + extra_tokens
+local granted_slots = 0
 if rpm >= 0 then
   granted_requests = math.max(requests, math.min(granted_requests, math.floor(r)))
 end
 if tpm >= 0 then granted_tokens = math.max(tokens, math.min(granted_tokens, math.floor(t))) end
 if tpd >= 0 then granted_tokens = math.max(tokens, math.min(granted_tokens, tpd - day_used)) end
+if conc >= 0 then granted_slots = math.max(slots, math.min(slots + extra_slots, conc - running)) end
 if rpm >= 0 and granted_requests ~= 0 then store(KEYS[1], r - granted_requests) end
 if tpm >= 0 and granted_tokens ~= 0 then store(KEYS[2], t - granted_tokens) end
 if tpd >= 0 and granted_tokens ~= 0 then count_day(granted_tokens) end
-return {1, granted_requests, granted_tokens}
+if conc >= 0 then
+  if granted_slots ~= 0 then redis.call('INCRBY', KEYS[4], granted_slots) end
+  redis.call('EXPIRE', KEYS[4], 3600)
+end
+return {1, granted_requests, granted_tokens, granted_slots}
 """
 )
 
@@ -303,9 +319,11 @@ class Buckets:
         extra_requests: int,
         extra_tokens: int,
         now: float,
-    ) -> Rejected | tuple[int, int]:
-        """:data:`LEASE_LUA`'s lease: at least (requests, tokens), up to the extras more;
-        (requests, tokens) granted, or the refusal."""
+        slots: int = 0,
+        extra_slots: int = 0,
+    ) -> Rejected | tuple[int, int, int]:
+        """:data:`LEASE_LUA`'s lease: at least (requests, tokens, slots), up to the extras more;
+        (requests, tokens, slots) granted, or the refusal."""
         day, left = day_of(now)
         rpm, tpm, tpd = limits.requests_per_minute, limits.tokens_per_minute, limits.tokens_per_day
         r = self._level(self.rpm, rpm, now) if rpm is not None else 0.0
@@ -322,23 +340,33 @@ class Buckets:
             )
         if tpd is not None and day_used + tokens > tpd:
             return refusal("tokens_per_day", left * 1000, limits, tokens)
+        conc = limits.max_concurrent
+        if conc is not None and slots > 0 and self.concurrent + slots > conc:
+            return refusal("max_concurrent", 1000, limits, tokens)
         granted_requests, granted_tokens = requests + extra_requests, tokens + extra_tokens
+        granted_slots = 0
         if rpm is not None:
             granted_requests = max(requests, min(granted_requests, math.floor(r)))
         if tpm is not None:
             granted_tokens = max(tokens, min(granted_tokens, math.floor(t)))
         if tpd is not None:
             granted_tokens = max(tokens, min(granted_tokens, tpd - day_used))
+        if conc is not None:
+            granted_slots = max(slots, min(slots + extra_slots, conc - self.concurrent))
         if rpm is not None and granted_requests != 0:
             self.rpm = _Bucket(r - granted_requests, now)
         if tpm is not None and granted_tokens != 0:
             self.tpm = _Bucket(t - granted_tokens, now)
         if tpd is not None and granted_tokens != 0:
             self.per_day = {day: day_used + granted_tokens}
-        return granted_requests, granted_tokens
+        self.concurrent += granted_slots
+        return granted_requests, granted_tokens, granted_slots
 
-    def give_back(self, limits: Limits, *, requests: int, tokens: int, now: float) -> None:
-        """:data:`LEASE_LUA`'s return: a lease's unspent part (negative tokens: a debt)."""
+    def give_back(
+        self, limits: Limits, *, requests: int, tokens: int, now: float, slots: int = 0
+    ) -> None:
+        """:data:`LEASE_LUA`'s return: a lease's unspent part (negative tokens: a debt) and its
+        free slots (whatever the limits now: the counter is the same)."""
         day, _ = day_of(now)
         rpm, tpm = limits.requests_per_minute, limits.tokens_per_minute
         if rpm is not None and requests != 0:
@@ -347,6 +375,7 @@ class Buckets:
             self.tpm = _Bucket(self._level(self.tpm, tpm, now) + tokens, now)
         if limits.tokens_per_day is not None and tokens != 0:
             self.per_day = {day: self.per_day.get(day, 0) - tokens}
+        self.concurrent -= min(max(0, slots), self.concurrent)
 
     def settle(self, limits: Limits, refund: int, now: float) -> None:
         """Give back ``refund`` tokens (negative: charge more) and free the concurrency slot."""
