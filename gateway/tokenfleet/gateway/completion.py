@@ -531,14 +531,14 @@ class Completion:
         pool = str(self.log.get("pool", ""))
         served, spilled = self.served, self.spilled
         model = served.model.name if served else str(self.log.get("model", ""))
-        self.state.metrics.requests.labels(
-            tenant=str(self.log.get("tenant", "")),
-            model=spilled.model if spilled else model,
-            **{"class": served.cls if served else str(self.log.get("class", ""))},
-            outcome=outcome,
-            reason=reason,
-            namespace=pool.split("/", 1)[0] if "/" in pool else "",
-            revision="" if spilled else self.headers.get(attempts.REVISION_HEADER, ""),
+        self.state.metrics.requests.labels(  # tenant, model, class, outcome, reason, ns, revision
+            str(self.log.get("tenant", "")),
+            spilled.model if spilled else model,
+            served.cls if served else str(self.log.get("class", "")),
+            outcome,
+            reason,
+            pool.split("/", 1)[0] if "/" in pool else "",
+            "" if spilled else self.headers.get(attempts.REVISION_HEADER, ""),
         ).inc()
 
     def write_log(self) -> None:

@@ -109,14 +109,16 @@ class Exchange:
         sink = self._sink
         if sink is None:
             self._pieces.extend(pieces)
-        else:
+            if pieces:
+                self._wake()
+        else:  # relayed here, in the read: the relaying task sleeps until the end (or a pause)
             for piece in pieces:
                 try:
                     sink(piece)
                 except BaseException as exc:  # the sink's reason ends the exchange
                     self._fail(exc)
                     return
-        if pieces or self._parser.done:
+        if self._parser.done:
             self._wake()
 
     def lost(self, exc: Exception | None) -> None:

@@ -9,8 +9,29 @@ from __future__ import annotations
 import dataclasses
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 from tokenfleet.signals import gateway as names
+
+
+def memoized(metric: MetricWrapperBase) -> None:
+    """Make ``metric.labels(...)`` remember its children: prometheus_client checks and converts
+    the values and takes a lock on every call, and the request path makes a dozen such calls
+    per request. Only for metrics whose series are never removed (a removed child would stay
+    cached and count into nothing)."""
+    children: dict[tuple[str, ...], MetricWrapperBase] = {}
+    labels = metric.labels
+
+    def cached(*values: str, **named: str) -> MetricWrapperBase:
+        if named:  # by name: rare, left to prometheus_client
+            return labels(*values, **named)
+        child = children.get(values)
+        if child is None:
+            child = children[values] = labels(*values)
+        return child
+
+    setattr(metric, "labels", cached)  # noqa: B010 (an instance attribute over the method)
+
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
@@ -45,7 +66,7 @@ class Metrics:
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
         r = registry or CollectorRegistry()
-        return cls(
+        metrics = cls(
             registry=r,
             requests=Counter(
                 names.REQUESTS,
@@ -137,6 +158,24 @@ class Metrics:
             adapters=AdapterMetrics.create(r),
             spill=SpillMetrics.create(r),
         )
+        for metric in (  # the ones every request touches; none of them ever loses a series
+            metrics.requests,
+            metrics.ttft,
+            metrics.inter_token,
+            metrics.e2e,
+            metrics.queue_depth,
+            metrics.queue_oldest_age,
+            metrics.queue_wait,
+            metrics.pool_arrivals,
+            metrics.in_flight,
+            metrics.prompt_tokens,
+            metrics.completion_tokens,
+            metrics.routing.routing_decisions,
+            metrics.routing.prefix_blocks,
+            metrics.routing.prefix_hit_blocks,
+        ):
+            memoized(metric)
+        return metrics
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -26,6 +26,7 @@ import logging
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from tokenfleet.gateway import redis_client
+from tokenfleet.gateway.metrics import memoized
 from tokenfleet.signals import usage
 
 log = logging.getLogger("tokenfleet.gateway.usage")
@@ -101,6 +102,8 @@ class UsageLedger:
             ["tenant"],
             registry=registry,
         )
+        for metric in (*self._counters.values(), self._last_served):
+            memoized(metric)
 
     def record(
         self,
