@@ -245,6 +245,12 @@ def _account(block: bytes, meter: Meter, *, strip_usage: bool) -> tuple[bytes, b
 
     The usage event is read (the engine's own count) and dropped when only the gateway asked
     for it; every other event passes byte for byte."""
+    if block.find(_EVENT_END) == len(block) - 2:  # one event, the usual block: no split
+        if block.startswith(_DONE):
+            return block, True
+        if _USAGE not in block:
+            meter.relayed += usage.tokens_in(block)
+            return block, False
     done, dropped = False, False
     events = block.split(_EVENT_END)
     for i, event in enumerate(events):

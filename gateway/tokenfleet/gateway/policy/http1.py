@@ -60,6 +60,22 @@ def parse_head(block: bytes) -> Head:
     return Head(status=int(parts[1]), headers=headers, keep_alive=keep_alive)
 
 
+def _one_chunk(data: bytes) -> bytes | None:
+    """The data of ``data`` if it is exactly one whole, non-empty chunk (what one read of an
+    engine's stream usually brings: one event); None for anything else."""
+    cut = data.find(_CRLF, 0, 10)
+    if cut <= 0:
+        return None
+    try:
+        size = int(data[:cut], 16)
+    except ValueError:
+        return None
+    end = cut + 2 + size
+    if size == 0 or len(data) != end + 2 or data[end:] != _CRLF:
+        return None
+    return data[cut + 2 : end]
+
+
 class ResponseParser:
     """One response. :attr:`head` is set once the headers are in, :attr:`done` once the body
     ended; :meth:`feed` returns the body pieces the bytes completed."""
@@ -75,6 +91,10 @@ class ResponseParser:
         self._left = 0  # body bytes still to come (LENGTH) or of the current chunk
 
     def feed(self, data: bytes) -> list[bytes]:
+        if self._state is _Body.CHUNK_SIZE and not self._rest:  # a stream's usual read
+            whole = _one_chunk(data)
+            if whole is not None:
+                return [whole]
         buf = self._rest + data if self._rest else data
         self._rest = b""
         pos, end, out = 0, len(buf), []
