@@ -256,10 +256,16 @@ def gateway_view(tool: str, log: Path, offset: int) -> Row:
                 continue
             if isinstance(entry, dict) and "total_ms" in entry:
                 entries.append(entry)
-    good = [e for e in entries if e.get("status") == 200 and e.get("ttft_ms") is not None]
+
+    def cut(e: dict[str, Any]) -> bool:  # the tool left before the answer was whole
+        short = (e.get("completion_tokens") or OUTPUT_TOKENS) < OUTPUT_TOKENS
+        return e.get("status") is None or (e.get("outcome") == "cancelled" and short)
+
+    good = [e for e in entries if e.get("status") == 200 and e.get("ttft_ms") and not cut(e)]
     # A 200 answered in full that the log calls cancelled: the client closed its connection
     # before the gateway had settled the request (see the report's note).
     cut_short = sum(1 for e in good if e.get("outcome") == "cancelled")
+    left = sum(1 for e in entries if cut(e))
     outcomes = collections.Counter(
         f"{e.get('outcome')}/{e.get('reason')}" if e.get("reason") else str(e.get("outcome"))
         for e in entries
@@ -284,7 +290,8 @@ def gateway_view(tool: str, log: Path, offset: int) -> Row:
         pcts(tpot),
         pcts([e["total_ms"] for e in good]),
         len(good),
-        len(entries) - len(good),
+        len(entries) - len(good) - left,
+        left,
         outcomes=", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
         + (f" ({cut_short} of them 200s answered in full)" if cut_short else ""),
     )
@@ -394,9 +401,9 @@ def main() -> int:
     )
     parser.add_argument("--quick", action="store_true", help="shorter runs (a smoke run)")
     parser.add_argument("--rate", type=float, default=20.0, help="requests per second")
-    parser.add_argument("--seconds", type=int, help="each run's duration (default 30, quick 6)")
+    parser.add_argument("--seconds", type=int, help="each run's duration (default 30, quick 5)")
     args = parser.parse_args()
-    seconds = args.seconds or (6 if args.quick else 30)
+    seconds = args.seconds or (5 if args.quick else 30)
 
     tools = {name: (CLIENTS / name).exists() for name in ("guidellm", "inference-perf")}
     say_skipped(tools)
