@@ -120,7 +120,20 @@ $(PEERS)/.installed:
 	@$(PEERS)/bin/pip install -q 'litellm[proxy]==1.106.12' 'vllm-router==0.1.17' 'py-spy==0.4.3'
 	@touch $@
 
-bench: $(VENV)/.installed binaries native $(PEERS)/.installed
+# The real load tools (guidellm, inference-perf) that bench/real_clients.py drives, in their own
+# venv too: torch (guidellm's data loader) brings its CUDA wheels from PyPI, about 6 GB.
+# inference-perf 0.7.0 declares Python >= 3.12 but imports and runs on 3.11: its dependencies are
+# in the pinned list, and it goes in last without its metadata's Python check.
+CLIENTS := bench/.venv-clients
+$(CLIENTS)/.installed: bench/clients-requirements.txt
+	@echo "installing benchmark clients (guidellm, inference-perf) in $(CLIENTS)/ ..."
+	@test -x $(CLIENTS)/bin/python || $(PYTHON) -m venv $(CLIENTS)
+	@$(CLIENTS)/bin/pip install -q --upgrade pip
+	@$(CLIENTS)/bin/pip install -q -r bench/clients-requirements.txt
+	@$(CLIENTS)/bin/pip install -q --no-deps --ignore-requires-python 'inference-perf==0.7.0'
+	@touch $@
+
+bench: $(VENV)/.installed binaries native $(PEERS)/.installed $(CLIENTS)/.installed
 	$(PY) bench/gateway_overhead.py
 	$(PY) bench/operator_scale.py
 	$(PY) bench/routing.py
@@ -131,6 +144,7 @@ bench: $(VENV)/.installed binaries native $(PEERS)/.installed
 	$(PY) bench/adapters.py
 	$(PY) bench/classifier.py
 	$(PY) bench/spill.py
+	$(PY) bench/real_clients.py
 
 crds: $(VENV)/.installed
 	$(PY) -m tokenfleet.api.crd --write crds
