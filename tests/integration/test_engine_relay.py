@@ -11,6 +11,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -141,55 +142,145 @@ def test_requests_in_a_row_reuse_one_engine_connection(gateway: Gateway, sim: Si
     assert connections_to(sim.port) == 1
 
 
-class _Engine:
-    """A minimal engine on a raw socket whose keep-alive times out just as the connection is
-    reused: it answers a connection's first request, then closes the connection when the next
-    one arrives, without an answer (what a server's idle timeout racing a new request does)."""
-
-    def __init__(self) -> None:
-        self.connections = 0
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> int:
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self.connections += 1
-            answered = False
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except asyncio.IncompleteReadError:
-                    break
-                if answered:
-                    break  # the race: the request went out on a connection being closed
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length")
-                )
-                await reader.readexactly(length)
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                await writer.drain()
-                answered = True
-            writer.close()
-
-        self.server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
+async def _serve(handle: Any) -> tuple[asyncio.Server, int]:
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, int(server.sockets[0].getsockname()[1])
 
 
-async def test_a_pooled_connection_closed_as_it_is_reused_is_retried_fresh_once() -> None:
-    engine = _Engine()
-    port = await engine.start()
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length")
+    )
+    return head + await reader.readexactly(length)
+
+
+async def test_connections_the_engine_closes_after_answering_leave_the_pool() -> None:
+    """An engine that closes each connection after its answer (a keep-alive timeout, a restart)
+    costs nothing: the closed connection leaves the pool, and the next request connects anew."""
+    accepted = 0
+
+    async def answer_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    server, port = await _serve(answer_once)
     client = engine_http.Client(connect_seconds=2)
     try:
         for _ in range(5):
             async with client.post(f"http://127.0.0.1:{port}/v1/x", b"{}", {}) as answer:
-                assert answer.status == 200
+                assert (answer.status, await answer.read()) == (200, b"ok")
+            await asyncio.sleep(0.05)  # the close has arrived
+            assert client._idle == {}  # nothing dead kept, not even the origin's entry
+    finally:
+        await client.close()
+        server.close()
+    assert accepted == 5
+
+
+async def test_a_request_on_a_connection_that_breaks_is_not_sent_twice() -> None:
+    """The engine takes a request on a kept-alive connection, then the connection breaks
+    before the answer: Broken, and the request reached the engine once (a resend would run a
+    POST twice; attempts.py decides whether another endpoint should try)."""
+    requests = 0
+
+    async def break_the_second(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal requests
+        await _read_request(reader)
+        requests += 1
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await _read_request(reader)
+        requests += 1
+        await asyncio.sleep(0.2)  # works on it a while, then the connection breaks
+        writer.transport.abort()
+
+    server, port = await _serve(break_the_second)
+    client = engine_http.Client(connect_seconds=2)
+    try:
+        async with client.post(f"http://127.0.0.1:{port}/v1/x", b"{}", {}) as answer:
+            assert await answer.read() == b"ok"
+        with pytest.raises(engine_http.Broken, match="closed the connection"):
+            async with client.post(f"http://127.0.0.1:{port}/v1/x", b"{}", {}):
+                pass
+        await asyncio.sleep(0.3)
+    finally:
+        await client.close()
+        server.close()
+    assert requests == 2
+
+
+async def test_a_pause_on_the_last_piece_does_not_follow_the_connection_to_the_pool() -> None:
+    """A relay whose client is slow when the answer's last piece arrives pauses the engine's
+    connection; the connection that goes back to the pool must be read again, or the next
+    request on it would hang."""
+    second_answered = asyncio.Event()
+
+    async def two_answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\none\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.write(b"3\r\ntwo\r\n0\r\n\r\n")  # the last piece and the end, at once
+        await writer.drain()
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        second_answered.set()
+
+    server, port = await _serve(two_answers)
+    client = engine_http.Client(connect_seconds=2)
+    got: list[bytes] = []
+    try:
+        async with client.post(f"http://127.0.0.1:{port}/v1/x", b"{}", {}) as answer:
+            first = await answer.next_piece()
+            assert first is not None
+            got.append(first)
+            await answer.relay(got.append, slow=lambda: True, drained=lambda: asyncio.sleep(0.01))
+        async with asyncio.timeout(3):
+            async with client.post(f"http://127.0.0.1:{port}/v1/x", b"{}", {}) as answer:
                 assert await answer.read() == b"ok"
     finally:
         await client.close()
-        assert engine.server is not None
-        engine.server.close()
-    assert engine.connections == 5  # each reused connection failed once, then a fresh one
+        server.close()
+    assert got == [b"one", b"two"] and second_answered.is_set()
+
+
+async def test_a_reader_that_falls_behind_holds_a_bounded_buffer() -> None:
+    """Read piece by piece (an HTTP/1.0 client's relay), at most about BUFFERED_BYTES wait in
+    the gateway; the engine is not read meanwhile, and nothing is lost."""
+    piece = b"x" * 4096
+    pieces = 2000  # 8 MB, far more than the bound
+
+    async def flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for _ in range(pieces):
+            writer.write(b"1000\r\n" + piece + b"\r\n")
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    server, port = await _serve(flood)
+    client = engine_http.Client(connect_seconds=2)
+    try:
+        async with client.post(f"http://127.0.0.1:{port}/v1/x", b"{}", {}) as answer:
+            await asyncio.sleep(0.5)  # the reader is busy elsewhere
+            held = answer._buffered
+            total = 0
+            while (got := await answer.next_piece()) is not None:
+                total += len(got)
+    finally:
+        await client.close()
+        server.close()
+    assert held <= engine_http.BUFFERED_BYTES + 256 * 1024, held  # the bound and one read
+    assert total == pieces * len(piece)
 
 
 async def test_an_unreachable_engine_and_a_broken_answer_raise_broken() -> None:

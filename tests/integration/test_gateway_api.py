@@ -415,3 +415,25 @@ def test_fuzzed_bodies_never_get_a_5xx(gateway: Gateway, body: Any) -> None:
     status, payload, _ = post(gateway, json.dumps(body))
     assert status < 500, payload
     assert ("error" in payload) == (status >= 400)
+
+
+@pytest.mark.parametrize("asked", ["€uro".encode(), b"\xff\xfe", b"tab\there"])
+def test_a_request_id_that_is_not_printable_ascii_is_replaced_not_a_500(
+    gateway: Gateway, sim: Sim, asked: bytes
+) -> None:
+    """The id goes on to the engine in a header (latin-1 on the wire): the gateway keeps only
+    printable ASCII ids and gives the others a fresh one."""
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=10)
+    body = json.dumps({"model": "chat", "messages": MESSAGES, "max_tokens": 3}).encode()
+    conn.putrequest("POST", "/v1/chat/completions")
+    conn.putheader("Authorization", f"Bearer {KEY_A}")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(len(body)))
+    conn.putheader("X-Request-Id", asked)
+    conn.endheaders(body)
+    response = conn.getresponse()
+    response.read()
+    conn.close()
+    assert response.status == 200
+    given_id = response.headers["X-Request-Id"]
+    assert given_id and given_id.isascii() and given_id.encode() != asked

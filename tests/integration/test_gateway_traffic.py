@@ -39,6 +39,7 @@ from support.gateway import (
 )
 from tokenfleet.gateway import engine_http, proxy
 from tokenfleet.gateway.policy import leases, quotas
+from tokenfleet.signals import gateway as names
 from tokenfleet.signals import usage
 
 KEYS = {
@@ -224,6 +225,43 @@ def test_disconnect_mid_stream_cancels_upstream_and_releases_the_reservation(
         status, payload, *_ = call(g, KEYS["solo"], max_tokens=3)
         assert status == 200, payload  # the concurrency slot came back
     slow.kill()
+
+
+def test_a_client_that_closes_right_after_the_last_event_was_served_and_settled(
+    fast: Sim, tmp: Path, redis: Redis
+) -> None:
+    """Many clients (guidellm, curl, httpx) close the connection as soon as [DONE] arrives,
+    which cancels the handler while it settles. Each such request was served: it is counted and
+    logged as served, and its settlement finishes (the concurrency slot in Redis comes back)."""
+    cfg = config(fast, [tenant("solo", quotas={"maxConcurrent": 4})], concurrency=4)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    payload = json.dumps({**body, "stream": True}).encode()
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer "
+        f"{KEYS['solo']}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n"
+    ).encode() + payload
+    rounds = 20
+    with running(start_gateway(tmp, cfg, "--redis", redis.url)) as g:
+        for _ in range(rounds):
+            with socket.create_connection(("127.0.0.1", g.port), timeout=10) as client:
+                client.sendall(request)
+                seen = b""
+                while b"data: [DONE]" not in seen:
+                    piece = client.recv(65536)
+                    assert piece, seen
+                    seen += piece
+            # closed at once, as the [DONE] arrived
+        wait_for(
+            "every request counted",
+            lambda: gateway_metric(g, names.REQUESTS, tenant="solo") >= rounds,
+            timeout=5,
+        )
+        served = gateway_metric(g, names.REQUESTS, tenant="solo", outcome="served")
+        cancelled = gateway_metric(g, names.REQUESTS, tenant="solo", outcome="cancelled")
+        slots = redis_get(redis, quotas.keys("solo", 0)[3])
+    assert (served, cancelled) == (rounds, 0)
+    assert int(slots or 0) == 0  # every settlement finished: no slot held
 
 
 async def test_a_write_to_a_client_that_left_is_a_cancellation_not_an_engine_failure(

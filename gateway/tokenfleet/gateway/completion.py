@@ -79,6 +79,13 @@ def _new_request_id() -> str:
     return f"{_ID_PREFIX}{next(_ID_COUNTER):010x}"
 
 
+def _request_id(asked: str) -> str:
+    """The client's X-Request-Id if it is printable ASCII (it goes on to engines, remotes and
+    logs, and HTTP headers are not UTF-8), up to 64 characters; else a new one."""
+    asked = asked[:64]
+    return asked if asked and asked.isascii() and asked.isprintable() else _new_request_id()
+
+
 class Completion:
     """One completion request on its way through the gateway: :meth:`answer` is the recipe.
 
@@ -90,7 +97,7 @@ class Completion:
         self.kind = kind
         self.state: GatewayState = request.app[STATE]
         self.started = time.monotonic()
-        self.request_id = request.headers.get("X-Request-Id", "")[:64] or _new_request_id()
+        self.request_id = _request_id(request.headers.get("X-Request-Id", ""))
         self.log: dict[str, Any] = {"request_id": self.request_id, "route": request.path}
         self.meter = proxy.Meter()  # what the request has consumed so far
         self.ending: tuple[str, str] | None = None  # (outcome, reason) once it is known
@@ -100,15 +107,27 @@ class Completion:
         self.capture_bytes = 0  # a streamed miss keeps its events for the response cache
         self.route: RouteEntry | None = None  # the ModelRoute that directed it, if one did
         self.spilled: Spilled | None = None  # a remote answered it
+        self.delivered = False  # the whole answer went out (what comes after cannot undo it)
+        self.settling: asyncio.Future[None] | None = None  # step 8, once it started
 
     async def run(self) -> web.StreamResponse:
         """The answer, or the refusal rendered; a client that left is counted and logged."""
         try:
             answer = await self.answer()
         except (asyncio.CancelledError, ConnectionResetError):
-            # The client went away (or we are shutting down): upstream is already closed.
-            self.log.update(outcome="cancelled", reason="client_disconnected")
-            self.count("cancelled", "client_disconnected")
+            # The client went away (or we are shutting down): upstream is already closed. One
+            # that left after the last byte (many clients close at once) was served, and is
+            # counted so once the settlement it interrupted has finished.
+            if self.settling is not None:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await self.settling
+            outcome, reason = (
+                (self.ending or ("served", ""))
+                if self.delivered
+                else ("cancelled", "client_disconnected")
+            )
+            self.log.update(outcome=outcome, reason=reason)
+            self.count(outcome, reason)
             self.write_log()
             raise
         if isinstance(answer, Rejected):
@@ -156,9 +175,11 @@ class Completion:
             self.headers[attempts.REVISION_HEADER] = cached.revision
         self.ending = ("served", "cache_hit")
         try:
-            return await response_cache.replayed(
+            replayed = await response_cache.replayed(
                 self.request, cached, admitted=admitted, headers=self.headers
             )
+            self.delivered = True
+            return replayed
         finally:
             await self.settle(self.record(admitted, reservation.tokens), reservation, None)
 
@@ -184,6 +205,7 @@ class Completion:
                 self.ending = ("rejected", answered.reason.value)
                 return answered
             response = self.observe(admitted, answered)  # 7 observe
+            self.delivered = not isinstance(response, Rejected)  # a refusal is rendered later
             if not isinstance(answered.outcome, Rejected) and not answered.remote:
                 await response_cache.keep(
                     self.state,
@@ -284,7 +306,16 @@ class Completion:
     async def settle(
         self, record: usage.Record, reservation: Reservation, hold: budget_store.Held | None
     ) -> None:
-        """Step 8, in :func:`tokenfleet.gateway.settlement.settle`; the log records it."""
+        """Step 8, in :func:`tokenfleet.gateway.settlement.settle`; the log records it.
+
+        Shielded: a client that closes its connection just after the last byte cancels the
+        handler, and a settlement cut off between its Redis calls would leak quota."""
+        self.settling = asyncio.ensure_future(self._settle(record, reservation, hold))
+        await asyncio.shield(self.settling)
+
+    async def _settle(
+        self, record: usage.Record, reservation: Reservation, hold: budget_store.Held | None
+    ) -> None:
         spilled = self.spilled
         await settlement.settle(
             self.state, record, reservation, hold, rate=spilled.rate if spilled else None

@@ -27,7 +27,7 @@ from typing import cast
 from tokenfleet.gateway.policy.http1 import Head, ParseError, ResponseParser
 
 IDLE_SECONDS = 4.0  # under uvicorn's 5 s keep-alive (vLLM's server), so it never closes first
-HIGH_WATER = 256 * 1024  # client bytes unsent before a stream stops reading from the engine
+BUFFERED_BYTES = 256 * 1024  # body bytes held for a reader before the engine is not read
 
 
 class Broken(Exception):
@@ -39,10 +39,11 @@ Sink = Callable[[bytes], None]
 
 
 class _Connection(asyncio.Protocol):
-    __slots__ = ("exchange", "idle_since", "lost", "origin", "transport")
+    __slots__ = ("exchange", "forget", "idle_since", "lost", "origin", "transport")
 
-    def __init__(self, origin: tuple[str, str, int]) -> None:
+    def __init__(self, origin: tuple[str, str, int], forget: Callable[[_Connection], None]) -> None:
         self.origin = origin
+        self.forget = forget  # the pool drops it once it is lost
         self.transport: asyncio.Transport | None = None
         self.lost = False
         self.idle_since = 0.0
@@ -62,6 +63,8 @@ class _Connection(asyncio.Protocol):
         self.lost = True
         if self.exchange is not None:
             self.exchange.lost(exc)
+        else:
+            self.forget(self)
 
     def close(self) -> None:
         self.lost = True
@@ -73,24 +76,24 @@ class Exchange:
     """One request's answer: the head once it arrived, then the body, read whole or relayed."""
 
     __slots__ = (
+        "_buffered",
         "_error",
         "_head",
         "_parser",
+        "_paused",
         "_pieces",
         "_sink",
         "_waiter",
         "connection",
-        "got_bytes",
-        "reused",
     )
 
-    def __init__(self, connection: _Connection, *, reused: bool) -> None:
+    def __init__(self, connection: _Connection) -> None:
         self.connection = connection
-        self.reused = reused  # the connection came from the pool
-        self.got_bytes = False
         self._parser = ResponseParser()
         self._head: asyncio.Future[Head] = asyncio.get_running_loop().create_future()
         self._pieces: collections.deque[bytes] = collections.deque()
+        self._buffered = 0  # bytes in _pieces
+        self._paused = False  # the engine's connection is not being read
         self._sink: Sink | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
@@ -98,7 +101,6 @@ class Exchange:
     # --- from the connection, in its data_received and connection_lost --------------------------
 
     def received(self, data: bytes) -> None:
-        self.got_bytes = True
         try:
             pieces = self._parser.feed(data)
         except ParseError as exc:
@@ -107,8 +109,12 @@ class Exchange:
         if self._parser.head is not None and not self._head.done():
             self._head.set_result(self._parser.head)
         sink = self._sink
-        if sink is None:
-            self._pieces.extend(pieces)
+        if sink is None:  # a reader takes them: held, up to a bound
+            for piece in pieces:
+                self._pieces.append(piece)
+                self._buffered += len(piece)
+            if self._buffered > BUFFERED_BYTES:
+                self._pause()
             if pieces:
                 self._wake()
         else:  # relayed here, in the read: the relaying task sleeps until the end (or a pause)
@@ -141,6 +147,18 @@ class Exchange:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def _pause(self) -> None:
+        transport = self.connection.transport
+        if not self._paused and transport is not None:
+            self._paused = True
+            transport.pause_reading()
+
+    def _resume(self) -> None:
+        transport = self.connection.transport
+        if self._paused and transport is not None:
+            self._paused = False
+            transport.resume_reading()
+
     async def _next_event(self) -> None:
         """Until something arrives: a piece, the end, a failure or a wake from the sink."""
         self._waiter = asyncio.get_running_loop().create_future()
@@ -170,19 +188,29 @@ class Exchange:
 
     async def read(self) -> bytes:
         """The whole body."""
+        self._resume()  # a whole body is read, however long: the bound is for relays
         while not self._settled():
+            if self._paused:
+                self._resume()
             await self._next_event()
         body = b"".join(self._pieces)
         self._pieces.clear()
+        self._buffered = 0
         return body
 
     async def next_piece(self) -> bytes | None:
-        """The next body piece; None once the body ended."""
+        """The next body piece; None once the body ended. While the caller is slow to ask,
+        at most BUFFERED_BYTES are held and the engine waits."""
         while not self._pieces:
+            self._resume()
             if self._settled():
                 return None
             await self._next_event()
-        return self._pieces.popleft()
+        piece = self._pieces.popleft()
+        self._buffered -= len(piece)
+        if self._buffered <= BUFFERED_BYTES // 2:
+            self._resume()
+        return piece
 
     async def relay(
         self, sink: Sink, *, slow: Callable[[], bool], drained: Callable[[], Awaitable[object]]
@@ -193,30 +221,28 @@ class Exchange:
         ``slow()`` is asked after each piece: once it says so, the engine's connection is not
         read (TCP back-pressure reaches the engine) until ``await drained()`` returns."""
         while self._pieces:
-            sink(self._pieces.popleft())
-        transport = self.connection.transport
-        assert transport is not None
-        pausing = False
+            piece = self._pieces.popleft()
+            self._buffered -= len(piece)
+            sink(piece)
+        self._resume()
 
         def relayed(piece: bytes) -> None:
-            nonlocal pausing
             sink(piece)
-            if not pausing and slow():
-                pausing = True
-                transport.pause_reading()
+            if not self._paused and slow():
+                self._pause()
                 self._wake()
 
         self._sink = relayed
         try:
             while not self._settled():
-                if pausing:
+                if self._paused:
                     await drained()
-                    pausing = False
-                    transport.resume_reading()
+                    self._resume()
                     continue
                 await self._next_event()
         finally:
             self._sink = None
+            self._resume()  # a pause on the last piece must not follow the connection to the pool
 
     def reusable(self) -> bool:
         """Whether the connection can carry another request."""
@@ -224,6 +250,7 @@ class Exchange:
         return (
             self._parser.done
             and self._error is None
+            and not self._paused
             and head is not None
             and head.keep_alive
             and not self._parser.until_close
@@ -231,9 +258,20 @@ class Exchange:
         )
 
 
+def _header_lines(headers: Mapping[str, str]) -> bytes:
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    if lines.count("\n") != len(headers) or "\r" in lines.replace("\r\n", ""):
+        raise ValueError("a header name or value holds a line break")
+    return lines.encode("latin-1", errors="replace")
+
+
 class Client:
     """Pooled connections per origin (scheme, host, port); no limit on their number, as the
-    gateway's admission already bounds what is in flight."""
+    gateway's admission already bounds what is in flight.
+
+    A request is sent once: a connection that fails before the answer raises Broken, and the
+    caller (attempts.py) decides whether to try another endpoint. Resending here would run a
+    POST twice whenever the engine had taken it before the connection broke."""
 
     def __init__(self, *, connect_seconds: float) -> None:
         self._connect_seconds = connect_seconds
@@ -241,6 +279,7 @@ class Client:
         self._busy: set[_Connection] = set()
         self._ssl: ssl.SSLContext | None = None
         self._urls: dict[str, tuple[tuple[str, str, int], bytes]] = {}
+        self._swept = time.monotonic()
 
     def _target(self, url: str) -> tuple[tuple[str, str, int], bytes]:
         """(origin, the request line and Host header) of ``url``, worked out once per URL."""
@@ -266,38 +305,24 @@ class Client:
         """Send one POST; yield its exchange once the answer's head arrived. Leaving the block
         pools the connection if the answer was read to its end, else closes it."""
         origin, start = self._target(url)
-        fields = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
         request = b"%sContent-Length: %d\r\n%s\r\n%s" % (
             start,
             len(body),
-            fields.encode("latin-1"),
+            _header_lines(headers),
             body,
         )
         exchange = await self._send(origin, request)
         try:
-            try:
-                await exchange.head()
-            except Broken:
-                if not exchange.reused or exchange.got_bytes:
-                    raise
-                # a pooled connection the engine closed just as it was reused: once more, fresh
-                self._done(exchange, reuse=False)
-                exchange = await self._send(origin, request, fresh=True)
-                await exchange.head()
+            await exchange.head()
             yield exchange
         except BaseException:
             self._done(exchange, reuse=False)
             raise
         self._done(exchange, reuse=exchange.reusable())
 
-    async def _send(
-        self, origin: tuple[str, str, int], request: bytes, *, fresh: bool = False
-    ) -> Exchange:
-        connection = None if fresh else self._pooled(origin)
-        reused = connection is not None
-        if connection is None:
-            connection = await self._connect(origin)
-        exchange = connection.exchange = Exchange(connection, reused=reused)
+    async def _send(self, origin: tuple[str, str, int], request: bytes) -> Exchange:
+        connection = self._pooled(origin) or await self._connect(origin)
+        exchange = connection.exchange = Exchange(connection)
         self._busy.add(connection)
         assert connection.transport is not None
         connection.transport.write(request)
@@ -328,7 +353,7 @@ class Client:
         try:
             async with asyncio.timeout(self._connect_seconds):
                 _, connection = await loop.create_connection(
-                    lambda: _Connection(origin),
+                    lambda: _Connection(origin, self._forget),
                     host,
                     port,
                     ssl=context,
@@ -345,8 +370,27 @@ class Client:
         if not reuse:
             connection.close()
             return
-        connection.idle_since = time.monotonic()
+        now = connection.idle_since = time.monotonic()
         self._idle.setdefault(connection.origin, []).append(connection)
+        if now - self._swept > IDLE_SECONDS:
+            self._sweep(now)
+
+    def _forget(self, connection: _Connection) -> None:
+        """An idle connection the other end closed: out of the pool (and its origin with it)."""
+        idle = self._idle.get(connection.origin)
+        if idle is not None and connection in idle:
+            idle.remove(connection)
+            if not idle:
+                del self._idle[connection.origin]
+
+    def _sweep(self, now: float) -> None:
+        """Close what idled too long (the pool takes the newest first, so the oldest stay)."""
+        self._swept = now
+        for origin, idle in list(self._idle.items()):
+            while idle and now - idle[0].idle_since > IDLE_SECONDS:
+                idle.pop(0).close()
+            if not idle:
+                del self._idle[origin]
 
     async def close(self) -> None:
         for idle in self._idle.values():

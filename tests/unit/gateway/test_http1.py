@@ -112,6 +112,10 @@ def test_a_chunked_body_cut_off_is_not_done_when_the_connection_closes() -> None
         (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "without a colon"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n", "not a number"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "not hexadecimal"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-2\r\n", "not hexadecimal"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\n", "not hexadecimal"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5_0\r\n", "not hexadecimal"),
+        ("HTTP/1.1 200 OK\r\nContent-Length: ²\r\n\r\n".encode(), "not a number"),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY",
             "does not end with CRLF",

@@ -60,15 +60,24 @@ def parse_head(block: bytes) -> Head:
     return Head(status=int(parts[1]), headers=headers, keep_alive=keep_alive)
 
 
+def _hex(digits: bytes) -> int | None:
+    """A chunk size: hexadecimal digits only (``int`` alone would take "+5", "0x5", "5_0")."""
+    if not digits or not digits.isalnum() or b"x" in digits or b"X" in digits:
+        return None
+    try:
+        return int(digits, 16)
+    except ValueError:  # letters beyond f
+        return None
+
+
 def _one_chunk(data: bytes) -> bytes | None:
     """The data of ``data`` if it is exactly one whole, non-empty chunk (what one read of an
     engine's stream usually brings: one event); None for anything else."""
     cut = data.find(_CRLF, 0, 10)
     if cut <= 0:
         return None
-    try:
-        size = int(data[:cut], 16)
-    except ValueError:
+    size = _hex(data[:cut])
+    if size is None:
         return None
     end = cut + 2 + size
     if size == 0 or len(data) != end + 2 or data[end:] != _CRLF:
@@ -139,11 +148,11 @@ class ResponseParser:
                 raise ParseError("a response line or head exceeds 64 KiB")
             return -1
         if state is _Body.CHUNK_SIZE:
-            size = buf[pos:cut].split(b";", 1)[0].strip()
-            try:
-                self._left = int(size, 16)
-            except ValueError:
-                raise ParseError(f"a chunk size that is not hexadecimal: {size[:20]!r}") from None
+            digits = buf[pos:cut].split(b";", 1)[0].strip()
+            size = _hex(digits)
+            if size is None:
+                raise ParseError(f"a chunk size that is not hexadecimal: {digits[:20]!r}")
+            self._left = size
             self._state = _Body.CHUNK_DATA if self._left else _Body.TRAILERS
             return cut + 2
         if state is _Body.TRAILERS:  # the blank line ends the answer; trailer lines are skipped
@@ -163,7 +172,7 @@ class ResponseParser:
             return _Body.CHUNK_SIZE
         length = head.headers.get("content-length")
         if length is not None:
-            if not length.isdigit():
+            if not (length.isascii() and length.isdigit()):  # "²".isdigit() is True
                 raise ParseError(f"a Content-Length that is not a number: {length[:20]!r}")
             self._left = int(length)
             return _Body.LENGTH if self._left else _Body.DONE
