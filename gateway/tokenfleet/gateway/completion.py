@@ -48,6 +48,7 @@ from tokenfleet.gateway import (
 from tokenfleet.gateway.accesslog import ACCESS
 from tokenfleet.gateway.catalog import Tenant
 from tokenfleet.gateway.intake import authenticate, parse_body, reject
+from tokenfleet.gateway.metrics import observe_all
 from tokenfleet.gateway.placement import Admitted, Target, place, spare_for
 from tokenfleet.gateway.policy import admission, bodies, deadlines, fallback, model_routes, usage
 from tokenfleet.gateway.policy import spill as spill_rules
@@ -534,8 +535,8 @@ class Completion:
         if outcome.first_byte_at is not None:
             m.ttft.labels(model, cls).observe(outcome.first_byte_at - self.started)
             self.log["ttft_ms"] = round((outcome.first_byte_at - self.started) * 1000, 2)
-        for gap in outcome.gaps:
-            m.inter_token.labels(model, cls).observe(gap)
+        if outcome.gaps:
+            observe_all(m.inter_token.labels(model, cls), outcome.gaps)
         m.e2e.labels(model, cls).observe(time.monotonic() - self.started)
         self.ending = usage.ending(status=outcome.status, error=outcome.error)
         self.log["status"] = outcome.status

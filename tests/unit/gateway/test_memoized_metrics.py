@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from tokenfleet.gateway.metrics import Metrics, memoized
+from tokenfleet.gateway.metrics import Metrics, memoized, observe_all
 
 
 def test_a_memoized_counter_counts_into_the_same_series_as_an_unmemoized_one() -> None:
@@ -37,3 +37,17 @@ def test_the_gateway_metrics_scrape_the_same_with_memoized_children() -> None:
         'tokenfleet_gateway_time_to_first_token_seconds_count{class="interactive",model="m"} 1.0'
         in text
     )
+
+
+def test_observe_all_gives_the_histogram_observe_would_give_one_by_one() -> None:
+    gaps = [0.0, 0.0004, 0.001, 0.0011, 0.005, 0.0049, 0.2, 3.0, 100.0, 0.02]
+    one, bulk = Metrics.create(), Metrics.create()
+    for gap in gaps:
+        one.inter_token.labels("m", "c").observe(gap)
+    observe_all(bulk.inter_token.labels("m", "c"), gaps)
+
+    def samples(metrics: Metrics) -> list[str]:
+        text = generate_latest(metrics.registry).decode()
+        return [line for line in text.splitlines() if "_created" not in line]
+
+    assert samples(bulk) == samples(one)
