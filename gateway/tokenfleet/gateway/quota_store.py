@@ -90,11 +90,13 @@ class QuotaStore:
 
     async def close(self) -> None:
         """Give every lease back, then disconnect."""
-        if self._housekeeping is not None:
+        if self._round_trips:  # grants under way land first, so that they go back too
+            await asyncio.wait(set(self._round_trips))
+        if self._housekeeping is not None:  # after: a grant that lands starts it again
             self._housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._housekeeping
-        if self._round_trips:  # grants under way land first, so that they go back too
+        if self._round_trips:  # and the give-back it had under way ends
             await asyncio.wait(set(self._round_trips))
         await self._pay_owed()
         await self._give_back(lambda _lease: True)
