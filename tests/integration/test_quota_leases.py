@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from support.gateway import Redis
+from support.gateway import Redis, free_port
 from tokenfleet.gateway import redis_client
 from tokenfleet.gateway.policy import leases, quotas
 from tokenfleet.gateway.policy.rejections import Rejected
@@ -329,5 +329,133 @@ def test_a_replica_that_dies_keeps_at_most_a_lease_of_slots_until_the_key_expire
             dead._housekeeping.cancel()  # it never runs again, nor settles
         counted, ttl = await running(redis.url, name)
         assert counted == leases.slot_share(BENCH, 1.0) and 0 < ttl <= 3600
+
+    asyncio.run(run())
+
+
+class AppliedButTimedOut:
+    """A store's lease script, except that the first ``op`` call is answered by a timeout after
+    Redis ran it: what the client sees when the watchdog fails a call Redis then executes."""
+
+    def __init__(self, script: redis_client.Script, op: str) -> None:
+        self.script, self.op, self.armed = script, op, True
+
+    async def __call__(self, keys: list[str], args: list[object]) -> object:
+        answer = await self.script(keys=keys, args=args)
+        if self.armed and args[0] == self.op:
+            self.armed = False
+            raise TimeoutError("redis did not answer in time")
+        return answer
+
+
+async def _warm(store: QuotaStore) -> None:
+    """One request of another tenant: the connection is up, so a call is written before its
+    first suspension."""
+    assert await serve(store, tenant(), BENCH, tokens=10, used=10)
+
+
+def test_a_grant_whose_request_left_still_lands_in_the_lease(redis: Redis) -> None:
+    """The client leaves (its task is cancelled) while its grant is in flight: Redis counts the
+    grant's slots, so they must reach the lease — drawn by the next request, given back at the
+    end — or the tenant's maxConcurrent shrinks for as long as it stays busy."""
+
+    async def run() -> None:
+        store = QuotaStore(url=redis.url, failure="open", replicas=1)
+        name = tenant()
+        try:
+            await _warm(store)
+            before = store.calls
+            asking = asyncio.create_task(store.reserve(name, BENCH, 10))
+            while store.calls == before:  # until the grant's EVALSHA is written
+                await asyncio.sleep(0)
+            asking.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asking
+            await asyncio.sleep(0.05)  # Redis answers the grant meanwhile
+            granted = leases.slot_share(BENCH, 1.0)
+            assert (await running(redis.url, name))[0] == granted
+            calls = store.calls
+            assert await serve(store, name, BENCH, tokens=10, used=10)  # from the landed grant
+            assert store.calls == calls
+        finally:
+            await store.close()
+        assert (await running(redis.url, name))[0] == 0  # every slot went back
+
+    asyncio.run(run())
+
+
+def test_a_timed_out_grant_is_not_credited(redis: Redis) -> None:
+    """A grant Redis ran but answered too late is not added to the lease (it may as well not
+    have run): the bound holds, and its slots stay counted until the key expires."""
+
+    async def run() -> None:
+        store = QuotaStore(url=redis.url, failure="open", replicas=1)
+        name = tenant()
+        try:
+            await _warm(store)
+            assert store._lease_script is not None
+            store._lease_script = AppliedButTimedOut(store._lease_script, "lease")  # type: ignore[assignment]
+            taken = await store.reserve(name, BENCH, 10)
+            assert isinstance(taken, Reservation) and taken.local  # fail-open, not the grant
+            assert not store._lease_of(name, BENCH).holds()
+        finally:
+            await store.close()
+        assert (await running(redis.url, name))[0] == leases.slot_share(BENCH, 1.0)
+
+    asyncio.run(run())
+
+
+def test_a_give_back_redis_ran_but_answered_late_is_not_given_back_twice(redis: Redis) -> None:
+    """Replica a gives its free slots back and the answer times out after Redis ran it: a must
+    not give them back again, or the counter drops below what replica b holds and the replicas
+    together can run more than maxConcurrent."""
+
+    async def run() -> None:
+        a, b = (QuotaStore(url=redis.url, failure="open", replicas=1) for _ in range(2))
+        name = tenant()
+        share = leases.slot_share(BENCH, 1.0)
+        try:
+            assert await serve(a, name, BENCH, tokens=10, used=10)  # a holds a lease of slots
+            held = await b.reserve(name, BENCH, 10)  # b runs one and holds the rest free
+            assert isinstance(held, Reservation) and held.leased
+            assert (await running(redis.url, name))[0] == 2 * share
+            assert a._lease_script is not None
+            a._lease_script = AppliedButTimedOut(a._lease_script, "return")  # type: ignore[assignment]
+            await a._give_back(lambda _lease: True)  # housekeeping: the answer times out
+            await a._give_back(lambda _lease: True)  # and its next beat
+            assert (await running(redis.url, name))[0] == share  # b's, counted once
+            await a.close()
+            assert (await running(redis.url, name))[0] == share
+        finally:
+            await a.close()
+            await b.close()
+        assert (await running(redis.url, name))[0] == 1  # b's request still runs
+
+    asyncio.run(run())
+
+
+def test_a_give_back_that_never_reached_redis_is_kept_and_given_back_later(
+    redis: Redis,
+) -> None:
+    async def run() -> None:
+        store = QuotaStore(url=redis.url, failure="open", replicas=1)
+        name = tenant()
+        share = leases.slot_share(BENCH, 1.0)
+        try:
+            assert await serve(store, name, BENCH, tokens=10, used=10)
+            client = store._redis
+            assert client is not None and client._protocol is not None
+            assert client._protocol.transport is not None
+            port = client._port
+            client._protocol.transport.abort()  # the connection drops, and the port refuses
+            client._port = free_port()
+            await asyncio.sleep(0.05)
+            await store._give_back(lambda _lease: True)
+            assert (await running(redis.url, name))[0] == share
+            assert store._lease_of(name, BENCH).free_slots == share  # kept
+            client._port = port
+        finally:
+            await store.close()
+        assert (await running(redis.url, name))[0] == 0
 
     asyncio.run(run())

@@ -221,6 +221,109 @@ def test_entries_recorded_while_a_write_is_in_flight_land_once(redis: Redis) -> 
     assert {e.prompt_tokens for e in entries} == {40}
 
 
+class AppliedButTimedOut:
+    """The ledger's script, except that its first call is answered by a timeout after Redis ran
+    it: what the client sees when the watchdog fails a write Redis then executes."""
+
+    def __init__(self, script: redis_client.Script) -> None:
+        self.script, self.armed = script, True
+
+    async def __call__(self, keys: list[str], args: list[object]) -> object:
+        answer = await self.script(keys, args)
+        if self.armed:
+            self.armed = False
+            raise TimeoutError("redis did not answer in time")
+        return answer
+
+
+def _rounds(entries: list[usage.Entry]) -> list[tuple[str, int, int]]:
+    return [(e.tenant, e.requests, e.prompt_tokens) for e in entries]
+
+
+def test_a_write_redis_ran_but_answered_late_counts_once(redis: Redis) -> None:
+    """The first write times out after Redis applied it: retried under its id, it is skipped;
+    what was recorded after the failure is not merged into it (that would be skipped too) but
+    written as a new entry."""
+
+    async def scenario() -> list[usage.Entry]:
+        ledger = usage_ledger.UsageLedger(redis.url, registry=CollectorRegistry())
+        _record_mix(ledger)
+        assert ledger._script is not None
+        ledger._script = AppliedButTimedOut(ledger._script)  # type: ignore[assignment]
+        assert not await ledger.flush()
+        _record_mix(ledger)  # the same labels again, after the failure
+        assert await ledger.flush()
+        await ledger.close()
+        return await _read(redis.url)
+
+    assert _rounds(asyncio.run(scenario())) == [("t/a", 4, 300), ("t/b", 2, 6000)]
+
+
+def test_the_record_script_applies_an_entry_id_once(redis: Redis) -> None:
+    async def scenario() -> list[usage.Entry]:
+        client = redis_client.RespClient(redis.url, timeout=2)
+        script = redis_client.Script(client, usage.RECORD_LUA)
+        key = usage.hour_key(NOW)
+        entry = usage.Entry(tenant="t/a", model="m", pool="t/p", outcome="served", requests=3)
+        args: list[object] = [usage.RETENTION_SECONDS, "t/a", int(NOW.timestamp())]
+        args += [x for pair in usage.fields(entry) for x in pair]
+        try:
+            for once in ("one", "one", "two"):
+                await script([key, usage.LAST_USED_KEY, usage.once_key(once)], args)
+        finally:
+            await client.close()
+        return await _read(redis.url)
+
+    assert [e.requests for e in asyncio.run(scenario())] == [6]
+
+
+def test_a_ledger_outlives_an_event_loop(redis: Redis) -> None:
+    """asyncio.run ends and cancels the writer (and the connection's loop is gone): the next
+    loop's records get a new writer, and close() writes what the dead one left."""
+    ledger = usage_ledger.UsageLedger(redis.url, registry=CollectorRegistry())
+
+    async def first() -> None:
+        _record_mix(ledger)
+        assert await ledger.flush()  # connected in this loop
+        _record_mix(ledger)  # left pending when the loop ends
+
+    async def second() -> tuple[list[usage.Entry], list[usage.Entry]]:
+        _record_mix(ledger)
+        landed: list[usage.Entry] = []
+        deadline = time.monotonic() + usage_ledger.FLUSH_SECONDS + 2
+        while time.monotonic() < deadline and sum(e.requests for e in landed) < 9:
+            await asyncio.sleep(0.05)
+            landed = await _read(redis.url)
+        await ledger.close()
+        return landed, await _read(redis.url)
+
+    asyncio.run(first())
+    landed, closed = asyncio.run(second())
+    assert _rounds(landed) == _rounds(closed) == [("t/a", 6, 450), ("t/b", 3, 9000)]
+
+
+def test_a_dead_writer_is_replaced_and_close_still_flushes(redis: Redis) -> None:
+    async def scenario() -> tuple[list[usage.Entry], list[usage.Entry]]:
+        ledger = usage_ledger.UsageLedger(redis.url, registry=CollectorRegistry())
+        _record_mix(ledger)
+        writer = ledger._writer
+        assert writer is not None
+        writer.cancel()  # dies as a BaseException would kill it
+        await asyncio.sleep(0)
+        assert writer.done()
+        _record_mix(ledger)
+        await asyncio.sleep(usage_ledger.FLUSH_SECONDS + 0.5)
+        landed = await _read(redis.url)
+        _record_mix(ledger)
+        ledger._writer = writer  # dead again at close
+        await ledger.close()
+        return landed, await _read(redis.url)
+
+    landed, closed = asyncio.run(scenario())
+    assert _rounds(landed) == [("t/a", 4, 300), ("t/b", 2, 6000)]
+    assert _rounds(closed) == [("t/a", 6, 450), ("t/b", 3, 9000)]
+
+
 def _cli(*args: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "tokenfleet.cli", "usage", *args],

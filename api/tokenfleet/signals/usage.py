@@ -9,7 +9,9 @@ with counter one of :data:`COUNTERS` and outcome one of :data:`OUTCOMES`. Hours 
 any window (``--since 24h``) and time series (cost per tenant per hour) a sum of whole hashes,
 and a restart loses nothing: a request's usage is in Redis (HINCRBY, one atomic script) before
 the gateway lets go of it. ``tf:u:last`` maps a tenant to its last settled request (epoch s).
-Hashes expire after :data:`RETENTION_SECONDS`, longer than the longest budget period.
+Hashes expire after :data:`RETENTION_SECONDS`, longer than the longest budget period. Each write
+carries an id, and ``tf:u:once:<id>`` (kept :data:`ONCE_SECONDS`) marks it applied, so that a
+write sent again because its answer was lost is not counted twice.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ COUNTERS = ("requests", "prompt_tokens", "cached_prompt_tokens", "completion_tok
 SEP = "\x1f"  # ASCII unit separator: never in a Kubernetes name or a served model name
 LAST_USED_KEY = "tf:u:last"
 RETENTION_SECONDS = 400 * 86400  # 13 months: a monthly report a year back, and the running month
+ONCE_SECONDS = 86400  # how long a write's id is remembered: a write retried later may count twice
 
 #: Prometheus counters, labels tenant, model, pool, outcome.
 USAGE_REQUESTS = "tokenfleet_usage_requests_total"
@@ -95,12 +98,23 @@ def entries(hashes: Iterable[Mapping[str, int]]) -> list[Entry]:
     ]
 
 
-#: One atomic write: KEYS = hour hash, last-used hash; ARGV = retention, tenant, epoch, then
-#: field/increment pairs. The whole entry lands or none of it.
-RECORD_LUA = """
+def once_key(write_id: str) -> str:
+    """The key that marks the write ``write_id`` applied, for :data:`ONCE_SECONDS`."""
+    return "tf:u:once:" + write_id
+
+
+#: One atomic write: KEYS = hour hash, last-used hash, the write's :func:`once_key`; ARGV =
+#: retention, tenant, epoch, then field/increment pairs. The whole entry lands or none of it,
+#: and once per write id: a write sent again (its answer was lost) returns 0 and adds nothing.
+RECORD_LUA = (
+    """
+if not redis.call('SET', KEYS[3], 1, 'NX', 'EX', """
+    + str(ONCE_SECONDS)
+    + """) then return 0 end
 for i = 4, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 local last = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')
 if tonumber(ARGV[3]) > last then redis.call('HSET', KEYS[2], ARGV[2], ARGV[3]) end
 return 1
 """
+)

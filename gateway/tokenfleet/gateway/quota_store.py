@@ -21,19 +21,33 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import Callable, Coroutine
+from typing import Any, Literal, TypeVar
 
 from tokenfleet.gateway import redis_client
 from tokenfleet.gateway.policy import leases, quotas
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
 log = logging.getLogger("tokenfleet.gateway.quotas")
+APPLIED = leases.Outcome.APPLIED
 
 REDIS_TIMEOUT_SECONDS = 0.5  # a quota check must never hold a request longer than this
 RETRY_REDIS_SECONDS = 2.0
 HOUSEKEEPING_SECONDS = 0.5  # how often idle leases are given back and Redis's health checked
 GRANT_ATTEMPTS = 3  # grants whose slot a request that came meanwhile drew, before per-request
+
+_T = TypeVar("_T")
+#: A give-back no lease can hold again (its limits changed): (tenant, limits, requests, tokens,
+#: slots), tried again at the next housekeeping beat.
+_Owed = tuple[str, quotas.Limits, int, int, int]
+
+
+def _outcome(exc: BaseException) -> leases.Outcome:
+    """What a failed lease round trip did: nothing if it never left or Redis refused it; else
+    (a timeout or a lost connection after the write) it may have run."""
+    if isinstance(exc, redis_client.NotSent | redis_client.RespError):
+        return leases.Outcome.NOT_APPLIED
+    return leases.Outcome.UNKNOWN
 
 
 @dataclasses.dataclass(slots=True)
@@ -62,6 +76,8 @@ class QuotaStore:
         )
         self._local: dict[str, quotas.Buckets] = {}
         self._leases: dict[str, leases.Lease] = {}
+        self._owed: list[_Owed] = []
+        self._round_trips: set[asyncio.Task[Any]] = set()  # grants and give-backs under way
         self._housekeeping: asyncio.Task[None] | None = None
         self._last_call = 0.0
         self.calls = 0  # Redis round trips for quotas (the benchmark reads it)
@@ -74,10 +90,15 @@ class QuotaStore:
 
     async def close(self) -> None:
         """Give every lease back, then disconnect."""
-        if self._housekeeping is not None:
+        if self._round_trips:  # grants under way land first, so that they go back too
+            await asyncio.wait(set(self._round_trips))
+        if self._housekeeping is not None:  # after: a grant that lands starts it again
             self._housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._housekeeping
+        if self._round_trips:  # and the give-back it had under way ends
+            await asyncio.wait(set(self._round_trips))
+        await self._pay_owed()
         await self._give_back(lambda _lease: True)
         if self._redis is not None:
             await self._redis.close()
@@ -147,7 +168,7 @@ class QuotaStore:
             lease = self._lease_of(reservation.tenant, reservation.limits)
             slot_of = reservation.limits if reservation.limits.max_concurrent is not None else None
             if lease.settle(refund, time.monotonic(), slot_of=slot_of):
-                await self._return_slots(reservation.tenant, lease, 1)
+                await self._return(reservation.tenant, lease.limits, 0, 0, 1)
             return
         if reservation.local:
             self._local.setdefault(reservation.tenant, quotas.Buckets()).settle(
@@ -200,13 +221,13 @@ class QuotaStore:
         for _ in range(GRANT_ATTEMPTS):
             if not self._use_redis():
                 return None
-            granted = await self._grant(tenant, lease, tokens)
-            if not isinstance(granted, tuple):
+            # In a task of its own, run to its end even if this request is cancelled meanwhile
+            # (its client left): what Redis granted lands in the lease either way.
+            granted = await asyncio.shield(self._detached(self._grant(tenant, lease, tokens)))
+            if granted is not True:
                 return granted
-            if lease.limits != limits:  # they changed while we asked: the grant goes back
-                await self._return(tenant, limits, *granted)
+            if lease.limits != limits:  # they changed since: the lease is not for us
                 return None
-            lease.add(*granted[:2], time.monotonic(), slots=granted[2])
             if lease.has_slot():
                 # The grant covers the shortfall seen before the round trip; if a settlement
                 # charged the lease more meanwhile, the request still goes (the debt is the
@@ -216,11 +237,21 @@ class QuotaStore:
             # a request that came meanwhile drew the slot: ask again
         return None  # the exact per-request path decides
 
+    def _detached(self, round_trip: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
+        """``round_trip`` in a task the store holds (not the request's: a cancelled request must
+        not cut short a round trip that changes the shared counters)."""
+        task = asyncio.get_running_loop().create_task(round_trip)
+        self._round_trips.add(task)
+        task.add_done_callback(self._round_trips.discard)
+        return task
+
     async def _grant(
         self, tenant: str, lease: leases.Lease, tokens: int
-    ) -> tuple[int, int, int] | Rejected | None:
-        """Ask Redis for what the lease lacks to admit ``tokens``, and some more: (requests,
-        tokens, slots) granted, the refusal, or None if Redis cannot be reached."""
+    ) -> Literal[True] | Rejected | None:
+        """Ask Redis for what the lease lacks to admit ``tokens``, and some more, and add it to
+        the lease: True once added, the refusal, or None if Redis could not be reached or its
+        answer was lost (not credited: see policy.leases) or the lease's limits changed
+        meanwhile (the grant goes back)."""
         limits = lease.limits
         requests, least, slots = lease.shortfall(tokens)
         extra_requests, extra_tokens = leases.extras(limits, tokens=tokens, share=self._share)
@@ -237,7 +268,7 @@ class QuotaStore:
             answer = await self._lease_script(keys=quotas.keys(tenant, day), args=args)
         except (redis_client.RespError, OSError, TimeoutError) as exc:
             self._mark(False, exc)
-            return None
+            return None  # not credited, even if it may have run: the bound (policy.leases)
         finally:
             lease.asking -= 1
         self._mark(True)
@@ -245,7 +276,12 @@ class QuotaStore:
         if not int(answer[0]):
             reason = answer[2].decode() if isinstance(answer[2], bytes) else str(answer[2])
             return quotas.refusal(reason, int(answer[1]), limits, tokens)
-        return int(answer[1]), int(answer[2]), int(answer[3])
+        got = int(answer[1]), int(answer[2]), int(answer[3])
+        if lease.limits != limits:  # they changed while we asked: the grant goes back
+            await self._return(tenant, limits, *got)
+            return None
+        lease.add(*got[:2], time.monotonic(), slots=got[2])
+        return True
 
     def _start_housekeeping(self) -> None:
         if self._housekeeping is None or self._housekeeping.done():
@@ -257,6 +293,7 @@ class QuotaStore:
         while True:
             await asyncio.sleep(HOUSEKEEPING_SECONDS)
             now = time.monotonic()
+            await self._pay_owed()
             await self._give_back(functools.partial(leases.Lease.due, now=now))
             if self._redis is not None and now - self._last_call >= HOUSEKEEPING_SECONDS:
                 self._last_call = now
@@ -270,7 +307,8 @@ class QuotaStore:
     async def _give_back(self, due: Callable[[leases.Lease], bool]) -> None:
         """Return what every lease ``due(lease)`` picks holds unspent — its free slots, not the
         slots of its requests still running — and of the others their free slots beyond the
-        cap; what cannot be returned now (Redis down) is kept and tried again."""
+        cap; what certainly did not reach Redis is kept and tried again (``_return``). Stops at
+        the first give-back Redis did not answer."""
         if self._lease_script is None:
             return
         for tenant, lease in list(self._leases.items()):
@@ -280,20 +318,44 @@ class QuotaStore:
                 requests, tokens, slots = 0, 0, lease.surplus_slots()
             if not (requests or tokens or slots):
                 continue
-            if not await self._return(tenant, lease.limits, requests, tokens, slots):
-                lease.keep(requests, tokens, slots)
+            held = (requests, tokens, slots)
+            if await self._return(tenant, lease.limits, *held, into=lease) is not APPLIED:
                 return
 
-    async def _return_slots(self, tenant: str, lease: leases.Lease, slots: int) -> None:
-        """Give ``slots`` free slots (already out of ``lease``) back to the shared counter; kept
-        in the lease if Redis cannot take them now (given back with it later)."""
-        if slots and not await self._return(tenant, lease.limits, 0, 0, slots):
-            lease.keep(0, 0, slots)
+    async def _pay_owed(self) -> None:
+        """Try again the give-backs no lease could hold; stops where Redis did not answer."""
+        while self._owed:
+            if await self._return(*self._owed.pop(0)) is not APPLIED:
+                return
 
     async def _return(
-        self, tenant: str, limits: quotas.Limits, requests: int, tokens: int, slots: int
-    ) -> bool:
-        """One ``return`` round trip; whether Redis took it."""
+        self,
+        tenant: str,
+        limits: quotas.Limits,
+        requests: int,
+        tokens: int,
+        slots: int,
+        *,
+        into: leases.Lease | None = None,
+    ) -> leases.Outcome:
+        """Give back (already out of any lease) what was taken under ``limits``: one ``return``
+        round trip, run to its end even if the caller is cancelled. What certainly did not reach
+        Redis is kept (``leases.give_back_again``): in ``into`` if its limits are still
+        ``limits``, else owed; a lost answer counts as done."""
+        return await asyncio.shield(
+            self._detached(self._give(tenant, limits, requests, tokens, slots, into=into))
+        )
+
+    async def _give(
+        self,
+        tenant: str,
+        limits: quotas.Limits,
+        requests: int,
+        tokens: int,
+        slots: int,
+        *,
+        into: leases.Lease | None,
+    ) -> leases.Outcome:
         assert self._lease_script is not None
         day, left = quotas.day_of(time.time())
         self._count_call()
@@ -304,5 +366,11 @@ class QuotaStore:
             )
         except (redis_client.RespError, OSError, TimeoutError) as exc:
             self._mark(False, exc)
-            return False
-        return True
+            outcome = _outcome(exc)
+            if leases.give_back_again(outcome):
+                if into is not None and into.limits == limits:
+                    into.keep(requests, tokens, slots)
+                else:
+                    self._owed.append((tenant, limits, requests, tokens, slots))
+            return outcome
+        return APPLIED

@@ -23,6 +23,12 @@ class RespError(Exception):
     """Redis answered with an error reply (for example NOSCRIPT)."""
 
 
+class NotSent(ConnectionError):
+    """The command never left: connecting failed (refused, unreachable, timed out), so Redis
+    certainly did not run it. Any other failure of a call — a timeout, a lost connection —
+    comes after the write: Redis may or may not have run it."""
+
+
 class _Incomplete(Exception):
     pass
 
@@ -176,7 +182,10 @@ class RespClient:
                     protocol.transport.abort()
 
     async def call(self, *args: bytes | str | int) -> Any:
-        protocol = await self._connection()
+        try:
+            protocol = await self._connection()
+        except (OSError, TimeoutError) as exc:  # an OSError: callers catch it as before
+            raise NotSent(f"redis unreachable: {exc!r}") from exc
         reply = await self._send(protocol, encode(*args))
         if isinstance(reply, RespError):
             raise reply

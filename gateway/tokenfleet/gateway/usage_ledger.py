@@ -13,6 +13,13 @@ What can be lost: a process killed without its shutdown (SIGKILL, OOM) loses at 
 Redis does not answer, the batch stays in memory (bounded: :data:`MAX_PENDING` summed entries,
 new ones dropped and counted in ``dropped`` beyond that) and goes with the next write that
 succeeds. Prometheus counts every request either way.
+
+Nothing is counted twice: a write that timed out may still have run in Redis, so each summed
+entry gets an id when it is first written, the script applies an id once
+(``usage.once_key``, remembered a day), and an entry that failed is tried again as it was —
+same id, same sums, ahead of the fresh batch; what was recorded since goes in a new entry. The
+writer task is started again whenever it is gone (an event loop that ended, an error that
+killed it), and :meth:`UsageLedger.close` flushes whatever it left.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import uuid
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -36,6 +44,9 @@ LABELS = ["tenant", "model", "pool", "outcome"]
 
 #: A batch: (hour key, labels) -> the summed entry and the latest settlement time in it.
 _Batch = dict[tuple[str, tuple[str, str, str, str]], tuple[usage.Entry, int]]
+#: A write tried and to try again: (hour key, write id, entry, latest settlement time), fixed
+#: once first tried — Redis applies an id once, so its content must not change.
+_Write = tuple[str, str, usage.Entry, int]
 
 
 def _merged(
@@ -65,12 +76,16 @@ class UsageLedger:
     """Counters and the Redis ledger of one gateway process."""
 
     def __init__(self, url: str | None, *, registry: CollectorRegistry) -> None:
+        self._url = url
         self._redis = redis_client.RespClient(url, timeout=REDIS_TIMEOUT_SECONDS) if url else None
         self._script = redis_client.Script(self._redis, usage.RECORD_LUA) if self._redis else None
         self._pending: _Batch = {}
+        self._retry: list[_Write] = []
+        self._loop: asyncio.AbstractEventLoop | None = None  # what the connection and lock use
         self._lock = asyncio.Lock()
         self._writer: asyncio.Task[None] | None = None
-        self._closing = asyncio.Event()
+        self._wake: asyncio.Event | None = None  # the writer's: close() cuts its wait short
+        self._closing = False
         self._hour = (-1, "")
         self._failing = False
         self.dropped = 0
@@ -142,13 +157,22 @@ class UsageLedger:
             return
         stamp = int(at.timestamp())
         key = (self._hour_key(stamp, at), entry.labels)
-        if key not in self._pending and len(self._pending) >= MAX_PENDING:
+        if key not in self._pending and len(self._pending) + len(self._retry) >= MAX_PENDING:
             self.dropped += 1
             return
         _merged(self._pending, key, entry, stamp)
-        if self._writer is None and not self._closing.is_set():
-            with contextlib.suppress(RuntimeError):  # no running loop: close() flushes
-                self._writer = asyncio.get_running_loop().create_task(self._write_behind())
+        writer = self._writer
+        if (writer is None or writer.done()) and not self._closing:
+            self._start_writer()
+
+    def _start_writer(self) -> None:
+        """A writer in the running loop (none without one: close() flushes)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._wake = asyncio.Event()
+        self._writer = loop.create_task(self._write_behind(self._wake))
 
     def _hour_key(self, stamp: int, at: datetime.datetime) -> str:
         """usage.hour_key, formatted once an hour rather than once a request."""
@@ -157,48 +181,77 @@ class UsageLedger:
             self._hour = (hour, usage.hour_key(at))
         return self._hour[1]
 
-    async def _write_behind(self) -> None:
-        while not self._closing.is_set():
+    async def _write_behind(self, wake: asyncio.Event) -> None:
+        while not self._closing:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), FLUSH_SECONDS)
+                await asyncio.wait_for(wake.wait(), FLUSH_SECONDS)
             try:
                 await self.flush()
             except Exception:  # a bug here must not stop the ledger for good
                 log.exception("usage ledger: flush failed")
 
+    def _bind(self) -> None:
+        """The connection and the lock belong to one event loop; a ledger may outlive its first
+        (asyncio.run twice): the next one gets its own."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop and self._url is not None:
+            self._loop, self._lock = loop, asyncio.Lock()
+            self._redis = redis_client.RespClient(self._url, timeout=REDIS_TIMEOUT_SECONDS)
+            self._script = redis_client.Script(self._redis, usage.RECORD_LUA)
+
     async def flush(self) -> bool:
         """Write every pending entry; False when Redis did not take them all (those stay)."""
         if self._script is None:
             return True
+        self._bind()
+        script = self._script
         async with self._lock:  # one writer, so every entry lands exactly once
-            batch, self._pending = self._pending, {}
+            writes, self._retry = self._retry, []  # failed before: first, as they were
+            writes += [(k[0], uuid.uuid4().hex, e, t) for k, (e, t) in self._pending.items()]
+            self._pending = {}
+            done = 0
             try:
-                for key, (entry, at) in list(batch.items()):
+                for hour, write_id, entry, at in writes:
                     args: list[str | int] = [usage.RETENTION_SECONDS, entry.tenant, at]
                     for field, value in usage.fields(entry):
                         args += [field, value]
-                    await self._script([key[0], usage.LAST_USED_KEY], args)
-                    del batch[key]
+                    await script([hour, usage.LAST_USED_KEY, usage.once_key(write_id)], args)
+                    done += 1
             except (redis_client.RespError, OSError, TimeoutError) as exc:
                 if not self._failing:
                     log.warning("usage ledger: redis unavailable (%s); entries wait", exc)
                 self._failing = True
                 return False
             finally:
-                for left, (e, t) in batch.items():  # unwritten: back with what came meanwhile
-                    _merged(self._pending, left, e, t)
+                # Not written, or written with the answer lost: tried again under the same id,
+                # never merged with what came since (Redis would skip that part with it).
+                self._retry = writes[done:]
         if self._failing:
             log.info("usage ledger: redis is back; the entries that waited are written")
         self._failing = False
         return True
 
     async def close(self) -> None:
-        """Let the writer finish its last flush, try once more, then close the connection."""
-        self._closing.set()
-        if self._writer is not None:
-            await self._writer
+        """Let the writer finish its last flush, if it still runs; flush; close the connection."""
+        self._closing = True
+        writer = self._writer
+        if (
+            writer is not None
+            and not writer.done()
+            and writer.get_loop() is asyncio.get_running_loop()
+        ):
+            if self._wake is not None:
+                self._wake.set()
+            try:
+                await writer
+            except asyncio.CancelledError:  # the writer was cancelled, not close()
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
         if self._redis is not None:
-            await self.flush()
+            await self.flush()  # rebinds the connection to this loop if need be
             await self._redis.close()
 
 

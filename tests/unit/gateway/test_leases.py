@@ -199,3 +199,17 @@ def test_a_fresh_share_of_slots_only_starts_the_hold_time() -> None:
     lease = leases.Lease(limits=CONC, free_slots=1)
     lease.add(1, 0, now=5.0, slots=0)  # slots held: not a fresh share
     assert lease.taken_at == 0.0
+
+
+@pytest.mark.parametrize(
+    ("outcome", "again"),
+    [
+        pytest.param(leases.Outcome.APPLIED, False, id="answered"),
+        pytest.param(leases.Outcome.NOT_APPLIED, True, id="never-reached-redis"),
+        pytest.param(leases.Outcome.UNKNOWN, False, id="answer-lost-counts-as-done"),
+    ],
+)
+def test_only_a_give_back_that_certainly_did_not_run_is_tried_again(
+    outcome: leases.Outcome, again: bool
+) -> None:
+    assert leases.give_back_again(outcome) is again

@@ -28,6 +28,20 @@ the dead replica's slots — those of its requests in flight, as without leases,
 :func:`slot_share` free ones — until the counter's key expires (an hour after the last grant or
 reservation of any replica).
 
+A round trip whose answer is lost (:class:`Outcome`): Redis may or may not have run it — the
+call timed out (the client's watchdog, half a second), the connection dropped after the write,
+or the request that asked was cancelled (its client left). Each is resolved in the direction
+that keeps the bound, at the cost of a leak: a grant whose answer is lost is not credited
+(crediting one that did not run would admit requests on slots nobody holds),
+and a give-back whose answer is lost counts as done (:func:`give_back_again`: giving back twice
+would lower the counter below what runs). Such a grant's share stays taken — the per-minute
+buckets refill it, and the concurrency counter keeps the grant's slots (at most
+:func:`slot_share`) until the key expires (an hour after the tenant's last grant or
+reservation on any replica); such a give-back's share the same way. A grant is never lost to a
+cancelled request, though: it runs to its end whoever waits for it, and lands in the lease for
+the next request to draw on. Only a give-back that certainly did not reach Redis (connecting
+failed, or Redis answered an error) is kept and tried again.
+
 Which tenants are leased (:func:`leasable`): any with a limit, except that a concurrency limit
 too small to lease more than one slot at a time (:func:`slot_share` < 2: ``maxConcurrent`` ×
 ``SHARE_OF_LIMIT`` / replicas < 2, e.g. 10 with 2 replicas) keeps the exact per-request path —
@@ -39,6 +53,7 @@ Pure: no I/O, clocks or randomness; times are passed in.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 
 from tokenfleet.gateway.policy.quotas import Limits
@@ -65,6 +80,21 @@ def leasable(limits: Limits, *, share: float) -> bool:
     if limits == Limits():
         return False
     return limits.max_concurrent is None or slot_share(limits, share) >= 2
+
+
+class Outcome(enum.Enum):
+    """What became of a grant's or a give-back's round trip."""
+
+    APPLIED = "applied"  # Redis answered: it ran
+    NOT_APPLIED = "not-applied"  # it never reached Redis, or Redis answered an error
+    UNKNOWN = "unknown"  # sent, answer lost (timeout, connection lost, caller cancelled)
+
+
+def give_back_again(outcome: Outcome) -> bool:
+    """Whether a give-back is kept, to be tried again: only one that certainly did not run. A
+    lost answer is taken as done (a leak), never as undone (a second give-back would lower the
+    shared counter below what runs)."""
+    return outcome is Outcome.NOT_APPLIED
 
 
 @dataclasses.dataclass(slots=True)
@@ -172,7 +202,8 @@ class Lease:
         return held
 
     def keep(self, requests: int, tokens: int, slots: int) -> None:
-        """What could not be given back (Redis down) stays held, to be tried again."""
+        """What certainly did not reach Redis (:func:`give_back_again`) stays held, to be
+        tried again."""
         self.requests += requests
         self.tokens += tokens
         self.free_slots += slots
