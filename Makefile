@@ -145,6 +145,7 @@ bench: $(VENV)/.installed binaries native $(PEERS)/.installed $(CLIENTS)/.instal
 	$(PY) bench/classifier.py
 	$(PY) bench/spill.py
 	$(PY) bench/real_clients.py
+	$(PY) bench/gateway_platform.py  # Kubernetes mode: measures a running make up, else says it skipped
 
 crds: $(VENV)/.installed
 	$(PY) -m tokenfleet.api.crd --write crds

@@ -25,7 +25,10 @@ COUNTERS = ("requests", "prompt_tokens", "cached_prompt_tokens", "completion_tok
 SEP = "\x1f"  # ASCII unit separator: never in a Kubernetes name or a served model name
 LAST_USED_KEY = "tf:u:last"
 RETENTION_SECONDS = 400 * 86400  # 13 months: a monthly report a year back, and the running month
-ONCE_SECONDS = 86400  # how long a write's id is remembered: a write retried later may count twice
+#: How long a write's id is remembered. A write is retried at the next flush (0.5 s) unless
+#: Redis is away, so this only has to outlast an outage; kept short because every write
+#: leaves one key (a busy replica writes tens a second). A retry later than this may count twice.
+ONCE_SECONDS = 900
 
 #: Prometheus counters, labels tenant, model, pool, outcome.
 USAGE_REQUESTS = "tokenfleet_usage_requests_total"

@@ -16,7 +16,8 @@ succeeds. Prometheus counts every request either way.
 
 Nothing is counted twice: a write that timed out may still have run in Redis, so each summed
 entry gets an id when it is first written, the script applies an id once
-(``usage.once_key``, remembered a day), and an entry that failed is tried again as it was —
+(``usage.once_key``, remembered ``usage.ONCE_SECONDS``), and an entry that failed is tried
+again as it was —
 same id, same sums, ahead of the fresh batch; what was recorded since goes in a new entry. The
 writer task is started again whenever it is gone (an event loop that ended, an error that
 killed it), and :meth:`UsageLedger.close` flushes whatever it left.
