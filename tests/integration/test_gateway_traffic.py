@@ -241,7 +241,7 @@ def test_a_client_that_closes_right_after_the_last_event_was_served_and_settled(
         f"{KEYS['solo']}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(payload)}\r\n\r\n"
     ).encode() + payload
-    rounds = 20
+    rounds = 40
     with running(start_gateway(tmp, cfg, "--redis", redis.url)) as g:
         for _ in range(rounds):
             with socket.create_connection(("127.0.0.1", g.port), timeout=10) as client:

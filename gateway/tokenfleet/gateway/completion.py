@@ -124,7 +124,7 @@ class Completion:
                     await self.settling
             outcome, reason = (
                 (self.ending or ("served", ""))
-                if self.delivered
+                if self.delivered or self.meter.complete
                 else ("cancelled", "client_disconnected")
             )
             self.log.update(outcome=outcome, reason=reason)
@@ -290,8 +290,9 @@ class Completion:
 
     def record(self, admitted: Admitted, reserved: int) -> usage.Record:
         """The request's final usage; a request still running when this is read (the client
-        left) was cancelled."""
-        outcome, reason = self.ending or ("cancelled", "client_disconnected")
+        left) was cancelled, unless the answer's end had reached the client."""
+        gone = ("served", "") if self.meter.complete else ("cancelled", "client_disconnected")
+        outcome, reason = self.ending or gone
         where = self.served or admitted.primary
         return settlement.record(
             self.meter,

@@ -52,6 +52,7 @@ class Meter:
     relayed: int = 0  # generated tokens relayed to the client (usage.tokens_in)
     prompt_reported: int | None = None  # the engine's usage report, once it arrived
     completion_reported: int | None = None
+    complete: bool = False  # the answer's end reached the client ([DONE], or the whole body)
 
     @property
     def produced(self) -> int:
@@ -227,6 +228,7 @@ async def _whole(
     outcome.response = response
     await response.prepare(request)
     await response.write_eof()
+    meter.complete = True
 
 
 def _refused_in_band(block: bytes) -> UpstreamFailed:
@@ -317,7 +319,8 @@ class _Events:
         if self.call.capture_bytes:
             _capture(self.outcome, block, self.call.capture_bytes)
         out, seen_done = _account(block, self.meter, strip_usage=self.call.strip_usage)
-        self.done = self.done or seen_done
+        if seen_done:  # sent next: a client may close as soon as it has it, before our last chunk
+            self.done = self.meter.complete = True
         return out
 
 
