@@ -127,6 +127,33 @@ def test_entries_wait_for_redis_and_land_once(tmp_path: Path) -> None:
     assert [(e.tenant, e.requests) for e in entries] == [("t/a", 2), ("t/b", 1)]
 
 
+def test_a_long_outage_holds_one_entry_per_label_set_not_one_per_flush(tmp_path: Path) -> None:
+    """Redis unreachable (nothing was sent): every failed flush puts its batch back, summed
+    with what came since, so memory stays at one entry per label set however many flushes
+    fail, and nothing is dropped or counted twice once Redis is back."""
+    port = free_port()
+    down = Redis(port=port, log=tmp_path / "redis.log")
+
+    async def scenario() -> tuple[list[int], list[usage.Entry]]:
+        ledger = usage_ledger.UsageLedger(down.url, registry=CollectorRegistry())
+        held = []
+        for _ in range(20):  # 20 failed flushes, records between them
+            _record_mix(ledger)
+            assert not await ledger.flush()
+            held.append(len(ledger._pending) + len(ledger._retry))
+        down.start()
+        assert await ledger.flush()
+        await ledger.close()
+        return held, await _read(down.url)
+
+    try:
+        held, entries = asyncio.run(scenario())
+    finally:
+        down.kill()
+    assert set(held) == {2}, held  # t/a served and t/b cancelled, whatever the count of flushes
+    assert [(e.tenant, e.requests) for e in entries] == [("t/a", 40), ("t/b", 20)]
+
+
 async def _script_calls(url: str) -> int:
     """EVALSHA and EVAL calls Redis has run (INFO commandstats)."""
     client = redis_client.RespClient(url, timeout=2)

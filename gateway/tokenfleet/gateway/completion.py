@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import logging
 import os
 import time
 from typing import Any
@@ -71,6 +72,7 @@ class Answered:
     remote: str = ""  # spilled: the remote that answered (remote/<name>), a metric's model
 
 
+log = logging.getLogger("tokenfleet.gateway.completion")
 _ID_PREFIX = os.urandom(6).hex()
 _ID_COUNTER = itertools.count(1)
 
@@ -120,8 +122,7 @@ class Completion:
             # that left after the last byte (many clients close at once) was served, and is
             # counted so once the settlement it interrupted has finished.
             if self.settling is not None:
-                with contextlib.suppress(Exception, asyncio.CancelledError):
-                    await self.settling
+                await self.settled()
             outcome, reason = (
                 (self.ending or ("served", ""))
                 if self.delivered or self.meter.complete
@@ -314,6 +315,17 @@ class Completion:
         handler, and a settlement cut off between its Redis calls would leak quota."""
         self.settling = asyncio.ensure_future(self._settle(record, reservation, hold))
         await asyncio.shield(self.settling)
+
+    async def settled(self) -> None:
+        """Wait out a settlement a cancellation interrupted, through further cancellations (a
+        shutdown cancels twice); its failure is logged, as the request that ran it is gone."""
+        settling = self.settling
+        assert settling is not None
+        while not settling.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(settling)
+        if not settling.cancelled() and settling.exception() is not None:
+            log.error("settling request %s failed", self.request_id, exc_info=settling.exception())
 
     async def _settle(
         self, record: usage.Record, reservation: Reservation, hold: budget_store.Held | None

@@ -319,9 +319,15 @@ class _Events:
         if self.call.capture_bytes:
             _capture(self.outcome, block, self.call.capture_bytes)
         out, seen_done = _account(block, self.meter, strip_usage=self.call.strip_usage)
-        if seen_done:  # sent next: a client may close as soon as it has it, before our last chunk
-            self.done = self.meter.complete = True
+        self.done = self.done or seen_done
         return out
+
+    def sent(self) -> None:
+        """The bytes :meth:`relayed` gave were written: once they held the end, the answer is
+        complete, whatever happens after (a client may close as soon as it has [DONE], before
+        the body's last chunk)."""
+        if self.done:
+            self.meter.complete = True
 
 
 async def _relay(
@@ -357,12 +363,14 @@ async def _relay(
             response.enable_chunked_encoding()
         await response.prepare(request)
         await response.write(events.relayed(first))  # the headers and the first chunk
+        events.sent()
         if chunked:
             await _relay_below(upstream, request, events)
         else:  # an HTTP/1.0 client: no chunks, the body ends with the connection
             while (piece := await upstream.next_piece()) is not None:
                 if block := events.cut(piece):
                     await response.write(events.relayed(block))
+                    events.sent()
     if events.pending.strip() and outcome.response is not None:
         await response.write(events.pending)
     if not events.done:
@@ -394,13 +402,13 @@ async def _relay_below(
         block = events.cut(piece)
         if not block:
             return
-        out = events.relayed(block)
-        if not out:  # the usage event only the gateway asked for: nothing to send
-            return
         transport = request.transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing():  # before counting: nothing more goes
             raise ClientLeft("the client closed its connection")
-        transport.write(b"%x\r\n%s\r\n" % (len(out), out))
+        out = events.relayed(block)
+        if out:  # b"": the usage event only the gateway asked for
+            transport.write(b"%x\r\n%s\r\n" % (len(out), out))
+        events.sent()
 
     async def drained() -> None:
         try:

@@ -142,15 +142,15 @@ class RespClient:
         async with self._connecting:
             if self._protocol is None or self._protocol.lost:
                 loop = asyncio.get_running_loop()
-                async with asyncio.timeout(self._timeout):
+                async with asyncio.timeout(self._timeout):  # a server that never answers
                     _, protocol = await loop.create_connection(
                         _Protocol, self._host, self._port, ssl=self._tls
                     )
                     if self._auth:
                         await self._authenticate(protocol)
+                    if self._db:
+                        await self._select(protocol)
                 self._protocol = protocol
-                if self._db:
-                    await self._send(protocol, encode("SELECT", self._db))
                 if self._watchdog is None or self._watchdog.done():
                     self._watchdog = asyncio.create_task(self._watch())
             return self._protocol
@@ -158,6 +158,13 @@ class RespClient:
     async def _authenticate(self, protocol: _Protocol) -> None:
         reply = await self._send(protocol, encode("AUTH", *self._auth))
         if isinstance(reply, RespError):  # a wrong password: this connection is useless
+            assert protocol.transport is not None
+            protocol.transport.close()
+            raise reply
+
+    async def _select(self, protocol: _Protocol) -> None:
+        reply = await self._send(protocol, encode("SELECT", self._db))
+        if isinstance(reply, RespError):  # no such database: writes must not go to db 0
             assert protocol.transport is not None
             protocol.transport.close()
             raise reply

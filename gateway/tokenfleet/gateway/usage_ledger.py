@@ -209,10 +209,12 @@ class UsageLedger:
         self._bind()
         script = self._script
         async with self._lock:  # one writer, so every entry lands exactly once
-            writes, self._retry = self._retry, []  # failed before: first, as they were
-            writes += [(k[0], uuid.uuid4().hex, e, t) for k, (e, t) in self._pending.items()]
+            retried, self._retry = self._retry, []  # failed before: first, as they were
+            writes = retried + [
+                (k[0], uuid.uuid4().hex, e, t) for k, (e, t) in self._pending.items()
+            ]
             self._pending = {}
-            done = 0
+            done, lost_answer = 0, True
             try:
                 for hour, write_id, entry, at in writes:
                     args: list[str | int] = [usage.RETENTION_SECONDS, entry.tenant, at]
@@ -221,18 +223,35 @@ class UsageLedger:
                     await script([hour, usage.LAST_USED_KEY, usage.once_key(write_id)], args)
                     done += 1
             except (redis_client.RespError, OSError, TimeoutError) as exc:
+                lost_answer = not isinstance(exc, redis_client.NotSent)
                 if not self._failing:
                     log.warning("usage ledger: redis unavailable (%s); entries wait", exc)
                 self._failing = True
                 return False
             finally:
-                # Not written, or written with the answer lost: tried again under the same id,
-                # never merged with what came since (Redis would skip that part with it).
-                self._retry = writes[done:]
+                self._requeue(writes[done:], retried, lost_answer=lost_answer)
         if self._failing:
             log.info("usage ledger: redis is back; the entries that waited are written")
         self._failing = False
         return True
+
+    def _requeue(
+        self, unwritten: list[_Write], retried: list[_Write], *, lost_answer: bool
+    ) -> None:
+        """What a flush did not write. The write that failed with its answer lost may have run:
+        it is tried again under its id, never merged with what came since (Redis would skip
+        that part with it), as are earlier such writes. The rest were never sent: back into the
+        batch, summed with what came since, so an outage costs memory per label set, not per
+        flush."""
+        again = {w[1] for w in retried}
+        if unwritten and lost_answer:
+            again.add(unwritten[0][1])
+        for write in unwritten:
+            hour, write_id, entry, at = write
+            if write_id in again:
+                self._retry.append(write)
+            else:
+                _merged(self._pending, (hour, entry.labels), entry, at)
 
     async def close(self) -> None:
         """Let the writer finish its last flush, if it still runs; flush; close the connection."""

@@ -199,3 +199,29 @@ def test_bad_bodies_of_new_kinds_are_400(
 ) -> None:
     got = bodies.parse({"model": "m", **body}, kind)
     assert not isinstance(got, bodies.Parsed) and got.param == param and got.status == 400
+
+
+def test_an_answer_is_complete_once_its_end_was_written_not_when_it_was_counted() -> None:
+    """A stream whose [DONE] was counted but whose write found the client gone is not served:
+    the relay marks the answer complete only after the write (proxy._Events.sent)."""
+    call = proxy.Call(
+        url="",
+        body=b"",
+        stream=True,
+        strip_usage=False,
+        deadline=0.0,
+        headers={},
+        upstream_headers={},
+        served_by="m",
+    )
+    meter = proxy.Meter()
+    events = proxy._Events(call, meter, proxy.Outcome())
+    content = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
+    events.sent()
+    assert events.relayed(content) == content and not meter.complete
+    events.sent()
+    assert not meter.complete  # written, but not the end
+    assert events.relayed(b"data: [DONE]\n\n") == b"data: [DONE]\n\n"
+    assert events.done and not meter.complete  # counted: not yet written
+    events.sent()
+    assert meter.complete and meter.relayed == 1
