@@ -1,26 +1,16 @@
 """The gateway's Redis client connecting to a database other than 0: bounded by its timeout
 even when the server never answers, and refusing a database that does not exist instead of
-writing to database 0 (a real redis-server, and a silent one)."""
+writing to database 0 (the module's real redis-server from conftest, and a silent one)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from support.gateway import Redis, free_port
+from support.gateway import Redis
 from tokenfleet.gateway import redis_client
-
-
-@pytest.fixture()
-def redis(tmp_path: Path) -> Iterator[Redis]:
-    r = Redis(port=free_port(), log=tmp_path / "redis.log")
-    r.start()
-    yield r
-    r.kill()
 
 
 async def test_a_server_that_never_answers_select_fails_within_the_timeout() -> None:
