@@ -1,4 +1,4 @@
-"""Routing quality side by side: the same workload, the same kind of simulated replicas.
+"""Routing and admission side by side: the same seeded arrivals on fresh simulated replicas.
 
 N llm-d-inference-sim replicas with KV-cache simulation (--enable-kvcache, a bounded cache)
 and a per-token prefill cost, so a prefix-cache hit shortens TTFT and a miss costs real time;
@@ -9,19 +9,28 @@ a load factor makes a busy replica slower. Each router gets fresh replicas (cold
   tokenfleet    TokenFleet's gateway, routing.policy PrefixAware (prefix + load + bounded load)
   vllm-router   vllm-router --policy cache_aware (PyPI, bench/.venv-peers)
 
-Workloads (open loop, Poisson arrivals, streamed): ``shared`` — every prompt is one of D long
-documents plus a unique question (RAG / system-prompt traffic); ``unique`` — same lengths, no
-shared prefix (affinity must cost nothing). Reported per router: goodput (requests/s meeting
-both the TTFT and the mean inter-token SLO), TTFT p50/p90/p99, output tokens/s, prefix hit
-ratio (cached prompt tokens / prompt tokens, from the engines' usage reports).
+Every TokenFleet gateway runs with its **default** pool settings (admission classes critical,
+interactive, batch with their default objectives); the tenants' traffic is 10 % critical,
+60 % interactive and 30 % batch. Workloads (open loop, Poisson arrivals, streamed):
+``shared`` — every prompt is one of D long documents plus a unique question (RAG /
+system-prompt traffic); ``unique`` — same lengths, no shared prefix (affinity must cost
+nothing). Rates sweep a share of each workload's capacity (``--loads``). Reported per router and
+rate: goodput (requests/s meeting both the TTFT and the mean inter-token SLO), SLO attainment
+(of all requests offered), TTFT p50/p90/p99 of served requests, prefix hit ratio (cached prompt
+tokens / prompt tokens, from the engines' usage reports), and requests refused per class with
+the slowest refusal; ``--png`` plots goodput against offered load, one line per router.
+``--processes 1,2,4`` also runs TokenFleet with that many gateway processes on one port
+(SO_REUSEPORT) on the shared workload and reports the hit ratio and the engines' peak
+running + waiting requests against their slots.
 
-    .venv/bin/python bench/routing.py [--quick] [--replicas 4] [--rate 16] [--seconds 20]
+    .venv/bin/python bench/routing.py [--seconds 10] [--loads 0.3,0.5,0.8,1,1.3] [--png F]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import dataclasses
 import hashlib
 import json
@@ -42,31 +51,42 @@ from _processes import free_port, start, wait_port
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(os.environ.get("TOKENFLEET_CACHE", Path.home() / ".cache/tokenfleet")) / "bin/current"
 PEERS = Path(os.environ.get("TOKENFLEET_PEERS_BIN", REPO / "bench" / ".venv-peers" / "bin"))
-KEY = "tfk-bench-" + "0" * 32
 
-#: Engine model: 0.4 ms per uncached prompt token (a 1,000-token miss ≈ 0.4 s), 10 ms per output
-#: token, up to 3x slower at full batch, 8 sequences at once, 16-token blocks, 320-block cache
-#: (≈ 5 of the 1,000-token documents: the 16 documents fit the fleet, not one replica).
+#: Engine model (the fleet of issue 15): 150 µs per uncached prompt token (a 2,000-token miss ≈
+#: 0.3 s), 10 ms per output token, up to 2x slower at full batch, 16 sequences at once, 16-token
+#: blocks, a 1,000-block cache (about half of the 16 documents of 2,000 tokens per replica: the
+#: documents fit the fleet, not one replica).
 SIM_ARGS = [
     "--enable-kvcache",
     "--kv-cache-size",
-    "320",
+    "1000",
     "--block-size",
     "16",
     "--prefill-time-per-token",
-    "400us",
+    "150us",
     "--inter-token-latency",
     "10ms",
     "--time-factor-under-load",
-    "3",
+    "2",
     "--max-num-seqs",
-    "8",
+    "16",
 ]
-TTFT_SLO = 0.5  # seconds
+SEQS = 16
+TTFT_SLO = 1.0  # seconds: the default interactive objective
 ITL_SLO = 0.05  # seconds, mean per request
 DOCUMENTS = 16
-DOC_WORDS = 1000
-OUTPUT_TOKENS = 16
+DOC_WORDS = 2000
+OUTPUT_TOKENS = 32
+#: Requests/s the 4-replica fleet serves per workload (the most any router sustains within the
+#: SLO, measured with this script: see docs/gateway.md); ``--loads`` are shares of these,
+#: scaled by ``--replicas``/4.
+CAPACITY = {"shared": 78.0, "unique": 14.0}
+#: The tenants' classes and their shares of the traffic.
+MIX = (("critical", 0.1), ("interactive", 0.6), ("batch", 0.3))
+
+
+def key_of(cls: str) -> str:
+    return f"tfk-bench-{cls[:4]}" + "0" * 28
 
 
 def stop(p: subprocess.Popen[bytes]) -> None:
@@ -89,34 +109,30 @@ def start_sims(tmp: Path, n: int) -> tuple[list[str], list[subprocess.Popen[byte
 
 
 def start_tokenfleet(
-    tmp: Path, urls: list[str], policy: str, routing: dict[str, Any]
+    tmp: Path, urls: list[str], policy: str, routing: dict[str, Any], *, processes: int = 1
 ) -> tuple[str, subprocess.Popen[bytes]]:
     import yaml
 
     port = free_port()
-    classes = [{"name": "standard", "priority": 100, "maxQueueDepth": 4096, "maxQueueAgeMs": 60000}]
     config = {
-        "models": [{"name": "m", "endpoints": urls, "maxConcurrency": 8}],
-        "pools": [
-            {
-                "name": "default",
-                "routing": {"policy": policy, **routing},
-                "admission": {"classes": classes},
-            }
-        ],
+        "models": [{"name": "m", "endpoints": urls, "maxConcurrency": SEQS}],
+        # default pool settings: only the routing policy is chosen
+        "pools": [{"name": "default", "routing": {"policy": policy, **routing}}],
         "tenants": [
             {
-                "name": "bench",
-                "apiKeyHashes": ["sha256:" + hashlib.sha256(KEY.encode()).hexdigest()],
+                "name": f"bench-{cls}",
+                "apiKeyHashes": ["sha256:" + hashlib.sha256(key_of(cls).encode()).hexdigest()],
                 "allowedModels": ["*"],
-                "priorityClass": "standard",
+                "priorityClass": cls,
             }
+            for cls, _ in MIX
         ],
     }
     path = tmp / f"gateway-{port}.yaml"
     path.write_text(yaml.safe_dump(config))
     argv = [sys.executable, "-m", "tokenfleet.gateway", "--port", str(port), "--config", str(path)]
     argv += ["--no-access-log", "--seed", "1", "--scrape-interval", "0.5"]
+    argv += ["--workers", str(processes)]
     p = start(argv, tmp / f"gateway-{port}.log", env={"TOKENFLEET_SALT_SECRET": "bench"})
     wait_port(port)
     return f"http://127.0.0.1:{port}", p
@@ -135,6 +151,7 @@ def start_vllm_router(tmp: Path, urls: list[str]) -> tuple[str, subprocess.Popen
 
 @dataclasses.dataclass
 class Result:
+    cls: str = ""
     ttft: float | None = None
     gaps: list[float] = dataclasses.field(default_factory=list)
     tokens: int = 0
@@ -142,10 +159,15 @@ class Result:
     cached: int = 0
     ok: bool = False
     status: int = 0
+    seconds: float = 0.0  # until the answer (or the refusal) ended
+
+    def good(self) -> bool:
+        itl = statistics.fmean(self.gaps) if self.gaps else 0.0
+        return self.ok and self.ttft is not None and self.ttft <= TTFT_SLO and itl <= ITL_SLO
 
 
-async def one(session: aiohttp.ClientSession, url: str, prompt: str) -> Result:
-    r = Result()
+async def one(session: aiohttp.ClientSession, url: str, prompt: str, cls: str) -> Result:
+    r = Result(cls=cls)
     body = {
         "model": "m",
         "prompt": prompt,
@@ -157,17 +179,14 @@ async def one(session: aiohttp.ClientSession, url: str, prompt: str) -> Result:
     last = start
     try:
         async with session.post(
-            url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}
+            url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {key_of(cls)}"}
         ) as resp:
             r.status = resp.status
             if resp.status != 200:
-                if os.environ.get("BENCH_DEBUG"):
-                    print(resp.status, (await resp.read())[:200], file=sys.stderr)
+                await resp.read()
+                r.seconds = time.monotonic() - start
                 return r
-            seen = []
             async for line in resp.content:
-                if len(seen) < 4:
-                    seen.append(line[:150])
                 if not line.startswith(b"data: {"):
                     continue
                 now = time.monotonic()
@@ -185,11 +204,10 @@ async def one(session: aiohttp.ClientSession, url: str, prompt: str) -> Result:
                 last = now
                 r.tokens += 1
             r.ok = r.ttft is not None
-            if not r.ok and os.environ.get("BENCH_DEBUG"):
-                print("no tokens", resp.status, seen[:6], file=sys.stderr)
     except (aiohttp.ClientError, TimeoutError) as exc:
         if os.environ.get("BENCH_DEBUG"):
             print("failed", repr(exc)[:200], file=sys.stderr)
+    r.seconds = time.monotonic() - start
     return r
 
 
@@ -204,22 +222,29 @@ def prompts(kind: str, n: int, rng: random.Random) -> list[str]:
     return out
 
 
-async def drive(url: str, kind: str, *, rate: float, seconds: float) -> dict[str, float]:
-    rng = random.Random(42)  # the same arrivals and prompts for every router
+def classes(n: int, rng: random.Random) -> list[str]:
+    names, weights = zip(*MIX, strict=True)
+    return rng.choices(names, weights=weights, k=n)
+
+
+async def drive(url: str, kind: str, *, rate: float, seconds: float) -> dict[str, Any]:
+    rng = random.Random(42)  # the same arrivals, prompts and classes for every router
     n = int(rate * seconds)
     texts = prompts(kind, n, rng)
     gaps = [rng.expovariate(rate) for _ in range(n)]
+    who = classes(n, rng)
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=120)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         tasks = []
         begin = time.monotonic()
-        for text, gap in zip(texts, gaps, strict=True):
-            await asyncio.sleep(gap)
-            tasks.append(asyncio.create_task(one(session, url, text)))
+        due = begin
+        for text, gap, cls in zip(texts, gaps, who, strict=True):
+            due += gap  # an absolute schedule: a slow loop must not thin the offered load
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            tasks.append(asyncio.create_task(one(session, url, text, cls)))
         results = await asyncio.gather(*tasks)
-        elapsed = time.monotonic() - begin
-    return summarize(results, elapsed)
+    return summarize(results, seconds)
 
 
 def pct(values: list[float], p: float) -> float:
@@ -229,32 +254,58 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(p / 100 * len(s)))]
 
 
-def summarize(results: list[Result], elapsed: float) -> dict[str, float]:
+def summarize(results: list[Result], seconds: float) -> dict[str, Any]:
     done = [r for r in results if r.ok]
     ttfts = [r.ttft for r in done if r.ttft is not None]
-    good = [
-        r
-        for r in done
-        if r.ttft is not None
-        and r.ttft <= TTFT_SLO
-        and (statistics.fmean(r.gaps) if r.gaps else 0.0) <= ITL_SLO
-    ]
+    refused = [r for r in results if r.status in (429, 503)]
     prompt = sum(r.prompt for r in done)
+    by_cls = {c: [r for r in results if r.cls == c] for c, _ in MIX}
     return {
-        "goodput": len(good) / elapsed,
-        "ok": len(done) / max(1, len(results)),
+        "goodput": sum(r.good() for r in results) / seconds,
+        "slo": sum(r.good() for r in results) / max(1, len(results)),
+        "slo_by_class": {
+            c: sum(r.good() for r in rs) / max(1, sum(1 for r in rs if r.status not in (429, 503)))
+            for c, rs in by_cls.items()
+        },
         "ttft_p50": pct(ttfts, 50),
         "ttft_p90": pct(ttfts, 90),
         "ttft_p99": pct(ttfts, 99),
-        "tokens_s": sum(r.tokens for r in done) / elapsed,
         "hit_ratio": sum(r.cached for r in done) / prompt if prompt else 0.0,
+        "shed": collections.Counter(r.cls for r in refused),
+        "refusal_max": max((r.seconds for r in refused), default=0.0),
+        "failed": sum(1 for r in results if not r.ok and r.status not in (429, 503)),
+        "offered": len(results),
     }
 
 
 ROUTERS = ("round-robin", "least-load", "tokenfleet", "vllm-router")
+POLICY = {"round-robin": "RoundRobin", "least-load": "LeastLoad", "tokenfleet": "PrefixAware"}
 
 
-def run_one(tmp: Path, router: str, kind: str, args: argparse.Namespace) -> dict[str, float] | None:
+async def peak_in_engines(urls: list[str], stop_at: float) -> int:
+    """The most requests the engines held at once (running + waiting), sampled every 0.2 s."""
+    peak = 0
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < stop_at:
+            total = 0
+            for u in urls:
+                try:
+                    async with session.get(u + "/metrics") as r:
+                        for line in (await r.text()).splitlines():
+                            if line.startswith(
+                                ("vllm:num_requests_running", "vllm:num_requests_waiting")
+                            ):
+                                total += int(float(line.rsplit(" ", 1)[1]))
+                except aiohttp.ClientError:
+                    pass
+            peak = max(peak, total)
+            await asyncio.sleep(0.2)
+    return peak
+
+
+def run_one(
+    tmp: Path, router: str, kind: str, rate: float, args: argparse.Namespace, *, processes: int = 1
+) -> dict[str, Any] | None:
     urls, sims = start_sims(tmp, args.replicas)
     proc = None
     try:
@@ -264,12 +315,17 @@ def run_one(tmp: Path, router: str, kind: str, args: argparse.Namespace) -> dict
                 return None
             front, proc = started
         else:
-            policy = {"round-robin": "RoundRobin", "least-load": "LeastLoad"}.get(
-                router, "PrefixAware"
-            )
-            front, proc = start_tokenfleet(tmp, urls, policy, json.loads(args.routing))
+            routing = json.loads(args.routing)
+            front, proc = start_tokenfleet(tmp, urls, POLICY[router], routing, processes=processes)
         time.sleep(1.0)  # first scrape, router health checks
-        return asyncio.run(drive(front, kind, rate=args.rate, seconds=args.seconds))
+
+        async def both() -> dict[str, Any]:
+            watch = asyncio.create_task(peak_in_engines(urls, time.monotonic() + args.seconds))
+            got = await drive(front, kind, rate=rate, seconds=args.seconds)
+            got["engine_peak"] = await watch
+            return got
+
+        return asyncio.run(both())
     finally:
         if proc is not None:
             stop(proc)
@@ -277,49 +333,108 @@ def run_one(tmp: Path, router: str, kind: str, args: argparse.Namespace) -> dict
             stop(s)
 
 
-def table(kind: str, rows: dict[str, dict[str, float] | None]) -> str:
-    head = (
-        f"\n{kind} prefix workload\n"
-        "| router | goodput req/s | TTFT p50 | TTFT p90 | TTFT p99 | output tok/s | prefix hit | ok |\n"
-        "|---|---|---|---|---|---|---|---|"
+def row(name: str, load: float, rate: float, r: dict[str, Any] | None) -> str:
+    if r is None:
+        return f"| {name} | {load:.0%} | {rate:.1f} | (not installed: make bench/.venv-peers/.installed) |||||||"
+    shed = "/".join(str(r["shed"].get(c, 0)) for c, _ in MIX)
+    return (
+        f"| {name} | {load:.0%} | {rate:.1f} | {r['goodput']:.2f} | {r['slo']:.0%} | "
+        f"{r['slo_by_class']['interactive']:.0%} | {r['ttft_p50'] * 1000:.0f} / "
+        f"{r['ttft_p90'] * 1000:.0f} / {r['ttft_p99'] * 1000:.0f} ms | {r['hit_ratio']:.2f} | "
+        f"{shed} ({r['refusal_max'] * 1000:.0f} ms) | {r['failed']} |"
     )
-    lines = [head]
-    for name, r in rows.items():
-        if r is None:
-            lines.append(f"| {name} | (not installed: make bench/.venv-peers/.installed) |||||||")
-            continue
-        lines.append(
-            f"| {name} | {r['goodput']:.2f} | {r['ttft_p50'] * 1000:.0f} ms | "
-            f"{r['ttft_p90'] * 1000:.0f} ms | {r['ttft_p99'] * 1000:.0f} ms | "
-            f"{r['tokens_s']:.0f} | {r['hit_ratio']:.0%} | {r['ok']:.0%} |"
+
+
+HEAD = (
+    "| router | load | offered req/s | goodput req/s | SLO (all) | SLO interactive (admitted) "
+    "| TTFT p50 / p90 / p99 | prefix hit | refused crit/inter/batch (slowest) | failed |\n"
+    "|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def plot(path: str, curves: dict[str, dict[str, list[tuple[float, float]]]]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(no matplotlib: pip install '.[fleet]' for --png)")
+        return
+    fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4), squeeze=False)
+    for ax, (kind, lines) in zip(axes[0], curves.items(), strict=True):
+        for name, points in lines.items():
+            ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=name)
+        top = max((x for pts in lines.values() for x, _ in pts), default=1.0)
+        ax.plot([0, top], [0, top], ":", color="grey", label="offered")
+        ax.set(title=f"{kind} prefixes", xlabel="offered req/s", ylabel="goodput req/s")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"wrote {path}")
+
+
+def sweep(tmp: Path, args: argparse.Namespace) -> None:
+    curves: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    scale = args.replicas / 4
+    for kind in args.workloads.split(","):
+        print(f"\n{kind} prefix workload (capacity ≈ {CAPACITY[kind] * scale:g} req/s)\n{HEAD}")
+        for load in [float(x) for x in args.loads.split(",")]:
+            rate = CAPACITY[kind] * scale * load
+            for name in args.routers.split(","):  # side by side at each rate
+                r = run_one(tmp, name, kind, rate, args)
+                print(row(name, load, rate, r), flush=True)
+                if r is not None:
+                    curves.setdefault(kind, {}).setdefault(name, []).append((rate, r["goodput"]))
+    if args.png and curves:
+        plot(args.png, curves)
+
+
+def processes(tmp: Path, args: argparse.Namespace) -> None:
+    rate = CAPACITY["shared"] * args.replicas / 4 * args.processes_load
+    slots = args.replicas * SEQS
+    print(
+        f"\nTokenFleet with N gateway processes on one port, shared workload at "
+        f"{args.processes_load:.0%} ({rate:.1f} req/s); the engines have {slots} slots\n"
+        "| processes | goodput req/s | SLO (all) | prefix hit | engines' peak running+waiting |\n"
+        "|---|---|---|---|---|"
+    )
+    for n in [int(x) for x in args.processes.split(",")]:
+        r = run_one(tmp, "tokenfleet", "shared", rate, args, processes=n)
+        assert r is not None
+        print(
+            f"| {n} | {r['goodput']:.2f} | {r['slo']:.0%} | {r['hit_ratio']:.2f} | "
+            f"{r['engine_peak']} |",
+            flush=True,
         )
-    return "\n".join(lines)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--replicas", type=int, default=4)
-    p.add_argument("--rate", type=float, default=16.0, help="requests per second (Poisson)")
-    p.add_argument("--seconds", type=float, default=20.0)
-    p.add_argument("--quick", action="store_true", help="8 s per run")
-    # BENCH_DEBUG=1 in the environment prints every failed request's status or first events.
+    p.add_argument("--seconds", type=float, default=10.0, help="per run (one router, one rate)")
+    p.add_argument("--loads", default="0.3,0.5,0.8,1,1.3", help="shares of capacity")
     p.add_argument("--workloads", default="shared,unique")
     p.add_argument("--routers", default=",".join(ROUTERS))
+    p.add_argument("--png", default="", help="plot goodput against offered load to this file")
+    p.add_argument("--processes", default="", help="e.g. 1,2,4: gateway processes to compare")
+    p.add_argument("--processes-load", type=float, default=0.8)
     p.add_argument(
         "--routing", default="{}", help='extra spec.routing JSON, e.g. {"boundedLoad": 2}'
     )
+    # BENCH_DEBUG=1 in the environment prints every failed request's error.
     args = p.parse_args()
-    if args.quick:
-        args.seconds = 8.0
     print(
-        f"{args.replicas} simulated replicas; {args.rate:g} req/s for {args.seconds:g} s; "
-        f"{DOCUMENTS} documents x {DOC_WORDS} tokens; SLO TTFT <= {TTFT_SLO * 1000:.0f} ms, "
-        f"mean ITL <= {ITL_SLO * 1000:.0f} ms; sim {' '.join(SIM_ARGS)}"
+        f"{args.replicas} simulated replicas; {args.seconds:g} s per run; {DOCUMENTS} documents "
+        f"x {DOC_WORDS} tokens; {OUTPUT_TOKENS} output tokens; SLO TTFT <= "
+        f"{TTFT_SLO * 1000:.0f} ms, mean ITL <= {ITL_SLO * 1000:.0f} ms; classes "
+        f"{', '.join(f'{c} {s:.0%}' for c, s in MIX)}; sim {' '.join(SIM_ARGS)}"
     )
     with tempfile.TemporaryDirectory(prefix="tf-bench-routing-") as d:
-        for kind in args.workloads.split(","):
-            rows = {r: run_one(Path(d), r, kind, args) for r in args.routers.split(",")}
-            print(table(kind, rows), flush=True)
+        if args.loads:
+            sweep(Path(d), args)
+        if args.processes:
+            processes(Path(d), args)
     return 0
 
 

@@ -254,12 +254,20 @@ class AdmissionClass(Model):
         description="Under overload, cap max_tokens of this class's requests to this value "
         "instead of shedding them. Unset: no degraded mode.",
     )
+    ttft_target_ms: int | None = Field(
+        default=None,
+        ge=1,
+        description="Time-to-first-token objective. A request whose expected queue wait plus "
+        "prefill would miss it is refused at once (429/503 with Retry-After) instead of being "
+        "admitted late; waiters are shed once they have waited this long. Unset: "
+        "maxQueueAgeMs.",
+    )
 
 
 def _default_classes() -> list[AdmissionClass]:
     return [
-        AdmissionClass(name="critical", priority=300, reserved_percent=10),
-        AdmissionClass(name="interactive", priority=200),
+        AdmissionClass(name="critical", priority=300, reserved_percent=10, ttft_target_ms=1000),
+        AdmissionClass(name="interactive", priority=200, ttft_target_ms=1000),
         AdmissionClass(
             name="batch", priority=100, max_queue_age_ms=30000, default_deadline_ms=600000
         ),

@@ -36,6 +36,10 @@ SIGNAL_WINDOW_SECONDS = 60.0
 NONE_EJECTED: frozenset[str] = frozenset()
 
 
+#: The golden ratio's fractional part: successive multiples spread evenly over [0, 1).
+GOLDEN = 0.6180339887498949
+
+
 class Pool:
     """A pool's gateway state and replicas."""
 
@@ -133,6 +137,9 @@ class Pool:
             now=now,
             deadline=req.deadline,
             tenant=tenant,
+            # graded shedding's draw: a low-discrepancy sequence over arrivals, so a run
+            # replays exactly without a random source of its own
+            draw=(req.index * GOLDEN) % 1.0,
         )
         if type(decision) is Rejected:
             self.end(req, "shed", decision.reason.value, now)
@@ -150,6 +157,7 @@ class Pool:
                 tenant=tenant,
                 share=share,
                 work=work,
+                cost=admission.work(prompt_tokens=req.input, max_tokens=req.output),
             )
             self.wake(now)  # its tenant may be the fair choice at once, as in the gateway
 
@@ -238,6 +246,8 @@ class Pool:
                 waiting=len(r.waiting),
                 kv_usage=r.kv_usage(),
                 scraped_at=now,
+                running=r.running,
+                own=self.routed.get(r.url, 0),
             )
 
     def finished(self, req: Request, at: float) -> None:
@@ -263,6 +273,8 @@ class Pool:
                 held_seconds=req.finished - req.dispatched,
                 tenant=tenant,
                 share=share,
+                cost=admission.work(prompt_tokens=req.input, max_tokens=req.output),
+                prefill=None if req.first_token is None else req.first_token - req.dispatched,
             )
         self.rec.ended(req)
 
@@ -271,7 +283,10 @@ class Pool:
         ledger = self.ledger
         for cls in self.policies:
             while True:
-                gone = admission.expire(policies=self.policies, queued=ledger.fronts(cls), now=now)
+                fronts = ledger.fronts(cls)
+                gone = admission.expire(
+                    policies=self.policies, queued=fronts, now=now, prefill=ledger.prefill
+                )
                 if not gone:
                     break
                 for waiter, why in gone:

@@ -443,6 +443,10 @@ class Completion:
             prompt_tokens=admitted.parsed.prompt_tokens,
             max_tokens=admitted.max_tokens,
         )
+        # admission judges waits in token work (issue 15): prompt plus reserved output
+        cost = admission.work(
+            prompt_tokens=admitted.parsed.prompt_tokens, max_tokens=admitted.max_tokens
+        )
         refused = await state.admitter.acquire(
             pool=key,
             policies=to.pool.classes,
@@ -450,6 +454,7 @@ class Completion:
             cls=cls,
             deadline=admitted.due,
             fair=fair,
+            cost=cost,
         )
         self.observe_queue(to)
         if refused is not None:
@@ -458,6 +463,7 @@ class Completion:
         state.metrics.queue_wait.labels(key, cls).observe(holding_since - self.started)
         state.metrics.in_flight.labels(key, cls).inc()
         self.served = to
+        first_byte_at: float | None = None
         try:
             max_tokens = admission.max_tokens(
                 policy=to.pool.classes[cls],
@@ -465,7 +471,10 @@ class Completion:
                 requested=admitted.max_tokens,
             )
             self.degraded = max_tokens < admitted.max_tokens
-            return Answered(target=to, outcome=await self.proxied(admitted, to, max_tokens))
+            outcome = await self.proxied(admitted, to, max_tokens)
+            if not isinstance(outcome, Rejected):
+                first_byte_at = outcome.first_byte_at
+            return Answered(target=to, outcome=outcome)
         finally:
             state.metrics.in_flight.labels(key, cls).dec()
             state.admitter.release(
@@ -476,6 +485,8 @@ class Completion:
                 held_seconds=time.monotonic() - holding_since,
                 fair=fair,
                 correction=fair.settle(self.meter.produced, reserved=admitted.max_tokens),
+                cost=cost,
+                prefill=None if first_byte_at is None else first_byte_at - holding_since,
             )
             self.observe_queue(to)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 import time
 from collections.abc import Mapping
 from typing import TypeAlias
@@ -59,8 +60,9 @@ def _granted(future: asyncio.Future[Rejected | None]) -> bool:
 class Admitter:
     """All pools' queues in this process."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, seed: int = 0) -> None:
         self.pools: dict[str, PoolQueue] = {}
+        self.rng = random.Random(seed)  # graded shedding's draws: seeded, so a run replays
 
     def queue(self, pool: str) -> PoolQueue:
         q = self.pools.get(pool)
@@ -77,9 +79,10 @@ class Admitter:
         cls: str,
         deadline: float,
         fair: Fair = FIFO,
+        cost: float = 1.0,
     ) -> Rejected | None:
         """Wait for a slot; None once the request may run (then call :meth:`release` with the
-        same ``fair``)."""
+        same ``fair`` and ``cost``, its token work: :func:`admission.work`)."""
         q = self.queue(pool)
         now = time.monotonic()
         if capacity <= 0:
@@ -95,6 +98,7 @@ class Admitter:
             now=now,
             deadline=deadline,
             tenant=fair.tenant,
+            draw=self.rng.random(),
         )
         if isinstance(decision, Rejected):
             return decision
@@ -110,11 +114,12 @@ class Admitter:
             tenant=fair.tenant,
             share=fair.share,
             work=fair.work,
+            cost=cost,
         )
         # its tenant may be the class's fair choice at once (behind a flood's queue, in the
         # slot the flood's headroom keeps free): admission counted the queue, not the turn
         self.wake(pool=pool, policies=policies, capacity=capacity)
-        limit = min(deadline, now + policies[cls].max_queue_age) - now
+        limit = min(deadline, now + policies[cls].patience(q.prefill)) - now
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout=max(0.0, limit))
         except TimeoutError:
@@ -157,9 +162,13 @@ class Admitter:
         fair: Fair = FIFO,
         correction: float = 0.0,
         completed: bool = True,
+        cost: float | None = None,
+        prefill: float | None = None,
     ) -> None:
         """A request finished after holding its slot ``held_seconds``: free the slot, settle
-        its tenant's charge by ``correction`` (counter units) and start whoever is next."""
+        its tenant's charge by ``correction`` (counter units) and start whoever is next.
+        ``cost`` (its token work) and ``prefill`` (seconds from its slot to its first token)
+        feed the admission estimates."""
         q = self.queue(pool)
         q.release(
             cls,
@@ -168,6 +177,8 @@ class Admitter:
             share=fair.share,
             correction=correction,
             completed=completed,
+            cost=cost,
+            prefill=prefill,
         )
         q.measure_at(time.monotonic())
         self.wake(pool=pool, policies=policies, capacity=capacity)

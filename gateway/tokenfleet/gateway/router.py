@@ -166,8 +166,9 @@ class Router:
             del self.lora_busy[url]
 
 
-def parse_load(text: str, now: float) -> routing.Load:
-    """Waiting requests and KV usage from a vLLM /metrics page (summed over engines)."""
+def parse_load(text: str, now: float, *, own: int = 0) -> routing.Load:
+    """Waiting and running requests and KV usage from a vLLM /metrics page (summed over
+    engines); ``own``: this gateway's requests at the endpoint as the page was read."""
     samples: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line[0] == "#":
@@ -176,12 +177,19 @@ def parse_load(text: str, now: float) -> routing.Load:
         if name_end < 0:
             continue
         name = line[:name_end]
-        if name in vllm.WAITING or name in vllm.KV_CACHE_USAGE:
+        if name in vllm.WAITING or name in vllm.KV_CACHE_USAGE or name in vllm.RUNNING:
             with contextlib.suppress(ValueError):
                 samples[name] = samples.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
     waiting = vllm.first_present(samples, vllm.WAITING)
     kv = vllm.first_present(samples, vllm.KV_CACHE_USAGE)
-    return routing.Load(waiting=int(waiting or 0), kv_usage=min(1.0, kv or 0.0), scraped_at=now)
+    running = vllm.first_present(samples, vllm.RUNNING)
+    return routing.Load(
+        waiting=int(waiting or 0),
+        kv_usage=min(1.0, kv or 0.0),
+        scraped_at=now,
+        running=int(running or 0),
+        own=own,
+    )
 
 
 async def scrape_forever(
@@ -198,7 +206,8 @@ async def scrape_forever(
             async with session.get(url + "/metrics", timeout=timeout, headers=PLAIN) as r:
                 if r.status == 200:
                     text, now = await r.text(), time.monotonic()
-                    router.scraped[url] = parse_load(text, now)
+                    own = router.in_flight.get(url, 0)
+                    router.scraped[url] = parse_load(text, now, own=own)
                     busy = adapter_loads.busy(text)
                     if busy is not None:
                         router.lora_busy[url] = (now, busy)

@@ -16,6 +16,7 @@ from tokenfleet.gateway.budget_store import BudgetStore
 from tokenfleet.gateway.catalog import Catalog
 from tokenfleet.gateway.config import Settings
 from tokenfleet.gateway.metrics import Metrics
+from tokenfleet.gateway.policy import admission
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
 from tokenfleet.gateway.remotes import Remotes
@@ -55,7 +56,9 @@ class GatewayState:
     """ModelRoute remotes: their keys and requests in flight (set from settings at start)."""
 
     def capacity(self, pool: str) -> int:
-        """Requests the pool's ready endpoints take at once (computed once per catalog)."""
+        """This process's share of the requests the pool's ready endpoints take at once
+        (computed once per catalog): every gateway process admits its share, so together
+        they never put more in flight than the engines have slots."""
         return self.capacities.get(pool, 0)
 
     def swap(self, catalog: Catalog) -> None:
@@ -64,7 +67,11 @@ class GatewayState:
         self.router.forget_gone(frozenset(e.url for e in catalog.endpoints.endpoints))
         self.changed.set()
         self.changed = asyncio.Event()
-        self.capacities = {key: capacity(catalog, key) for key in catalog.pools}
+        processes = max(1, self.settings.workers) * max(1, self.settings.expected_replicas)
+        self.capacities = {
+            key: admission.share(capacity(catalog, key), processes=processes)
+            for key in catalog.pools
+        }
         self.catalog_loaded = True
         for key in sorted(catalog.shadowed - self.shadowed):
             log.warning("adapter %s is not served: a model has its served name", key)

@@ -3,11 +3,23 @@
 Classes are served by priority; within a class the tenants share fairly (the ledger's heads are
 the fair choice, :mod:`~tokenfleet.gateway.policy.fairness`). Each class may reserve a
 share of the pool's concurrency that no other class can take (the critical class keeps room when
-batch traffic floods in). A request that cannot start before its deadline or its class's
-maximum queue age — judged from its fair queue position and the pool's observed service rate — is
-refused at once instead of timing out later. Under pressure, lower classes starve first and
-their waiters expire first: that is the shedding order. A class may instead accept a degraded
-``max_tokens`` cap under pressure.
+batch traffic floods in).
+
+SLO-aware: a class may promise a time to first token (``ttft_target``; the default pools give
+critical and interactive 1 s). A request whose expected start plus the pool's expected prefill
+would miss that objective, its deadline or its class's maximum queue age is refused at once (a
+fast 429/503 with ``Retry-After``) instead of waiting to fail, and a waiter is shed once its
+first token can no longer come in time (:meth:`ClassPolicy.patience`): an admitted request is one
+that can still meet its objective, so an overload sheds the excess instead of making every
+request late. The expected start is the token *work* queued ahead (prompt plus reserved output,
+:func:`work`), in units of the average request's work, over the requests per second the slots
+sustain: a queue of long prompts counts as longer than one of short ones, and an idle minute
+does not make a pool look slow. Below the top class shedding is graded: as a request's expected
+TTFT nears its objective it is refused with a probability rising from 0 at ``shed_from`` × the
+objective to 1 at it (the caller passes the uniform ``draw``), so the cliff becomes a slope and
+lower classes give way first. Under pressure, lower classes starve first and their waiters
+expire first: that is the shedding order. A class may instead accept a degraded ``max_tokens``
+cap under pressure.
 """
 
 from __future__ import annotations
@@ -32,6 +44,26 @@ class ClassPolicy:
     default_deadline: float
     reserved_share: float = 0.0
     degraded_max_tokens: int | None = None
+    ttft_target: float = 0.0
+    """Seconds to first token the class promises; 0 → none beyond ``max_queue_age``."""
+    shed_from: float = 0.7
+    """Graded shedding starts at this share of the objective (never for the top class)."""
+
+    @property
+    def objective(self) -> float:
+        """The TTFT objective admission holds this class to (seconds)."""
+        return self.ttft_target if self.ttft_target > 0 else self.max_queue_age
+
+    def patience(self, prefill: float) -> float:
+        """Seconds a waiter may wait when a prefill takes ``prefill`` seconds: its age limit,
+        and for a class with an objective the time its first token can still come in time.
+
+        Never below :data:`MIN_PATIENCE` of the objective: on a pool whose prefill alone misses
+        it, requests still queue briefly instead of every waiter being refused."""
+        if self.ttft_target <= 0:
+            return self.max_queue_age
+        left = max(self.ttft_target - prefill, self.ttft_target * MIN_PATIENCE)
+        return min(self.max_queue_age, left)
 
     @classmethod
     def of(cls, c: AdmissionClass) -> ClassPolicy:
@@ -44,7 +76,12 @@ class ClassPolicy:
             default_deadline=c.default_deadline_ms / 1000,
             reserved_share=c.reserved_percent / 100,
             degraded_max_tokens=c.degraded_max_tokens,
+            ttft_target=(c.ttft_target_ms or 0) / 1000,
         )
+
+
+#: The least share of its objective a class's waiters may wait (:meth:`ClassPolicy.patience`).
+MIN_PATIENCE = 0.25
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,6 +95,7 @@ class Waiting:
     tenant: str = ""  # "" for every waiter: first come first served
     share: float = 1.0  # the tenant's weight in its class (Tenant.spec.share)
     work: float = 0.0  # counter units charged when it starts (fairness.work)
+    cost: float = 1.0  # token work it brings (admission.work): what the queue estimate counts
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +114,12 @@ class PoolLoad:
     """Class → tenant → running."""
     seen: Mapping[str, Mapping[str, tuple[float, float]]] = dataclasses.field(default_factory=dict)
     """Class → tenant → (last arrival, share): who is present, for headroom."""
+    queued_cost: Mapping[str, float] | None = None
+    """Class → token work waiting (:func:`work`); None → each waiter counts as an average one."""
+    mean_cost: float = 0.0
+    """Token work of an average completed request lately; 0 → waits counted in requests."""
+    prefill: float = 0.0
+    """Seconds from a slot to the first token lately (the expected prefill); 0 when unknown."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -111,6 +155,25 @@ def _reserved(policies: Mapping[str, ClassPolicy], capacity: int) -> dict[str, i
     }
 
 
+def share(capacity: int, *, processes: int) -> int:
+    """One gateway process's part of a pool's ``capacity`` when ``processes`` share it.
+
+    Rounded down, so the processes together stay within the engines' slots, but at least one
+    while the pool has any (a process that could start nothing would refuse every request);
+    with more processes than slots the engines' own queues absorb the difference."""
+    if capacity <= 0:
+        return 0
+    return max(1, capacity // max(1, processes))
+
+
+def work(*, prompt_tokens: int, max_tokens: int) -> float:
+    """A request's token work as admission counts it: prompt plus reserved output tokens.
+
+    One unit per token either way: a prefill token is cheaper than a decoded one, but a
+    decoding request also holds its slot, and admission waits for slots to free."""
+    return float(max(1, prompt_tokens + max_tokens))
+
+
 def can_start(
     policies: Mapping[str, ClassPolicy],
     load: PoolLoad,
@@ -144,23 +207,32 @@ def can_start(
     return shared_used + room < shared_capacity
 
 
-def _ahead(policies: Mapping[str, ClassPolicy], load: PoolLoad, cls: str, tenant: str) -> int:
-    """Waiters that start before a new request of ``tenant``: all of the higher classes, and in
-    its own class its fair position (:func:`fair_position`)."""
+def _ahead(
+    policies: Mapping[str, ClassPolicy], load: PoolLoad, cls: str, tenant: str
+) -> tuple[int, float]:
+    """Waiters that start before a new request of ``tenant`` — all of the higher classes and
+    the other classes of its priority, and in its own class its fair position
+    (:func:`fair_position`) — and their token work in average requests (:func:`_in_requests`)."""
     if not load.heads:  # nobody waits anywhere: the common case, on every request
-        return 0
+        return 0, 0.0
     priority = policies[cls].priority
-    above = sum(
-        n for c, n in load.queued.items() if c in policies and policies[c].priority > priority
-    )
-    same = sum(
-        n
-        for c, n in load.queued.items()
-        if c != cls and c in policies and policies[c].priority == priority
-    )
+    before = [
+        c
+        for c in load.queued
+        if c != cls and c in policies and policies[c].priority >= priority and load.queued[c]
+    ]
     by_tenant = load.waiting.get(cls)
     mine = fair_position(by_tenant, tenant) if by_tenant else load.queued.get(cls, 0)
-    return above + same + mine
+    n = mine + sum(load.queued[c] for c in before)
+    costs = load.queued_cost
+    if costs is None or load.mean_cost <= 0:
+        return n, float(n)
+    own = load.queued.get(cls, 0)
+    # in its own class a fair position is a count; it brings the class's mean work per waiter
+    work_ahead = sum(costs.get(c, 0.0) for c in before)
+    if mine and own:
+        work_ahead += mine * costs.get(cls, 0.0) / own
+    return n, work_ahead / load.mean_cost
 
 
 def fair_position(waiting: Mapping[str, int], tenant: str) -> int:
@@ -197,43 +269,73 @@ def admit(
     now: float,
     deadline: float,
     tenant: str = "",
+    draw: float = 1.0,
 ) -> Decision:
-    """Decide for a new request of ``tenant`` in class ``cls`` that must start by ``deadline``."""
+    """Decide for a new request of ``tenant`` in class ``cls`` that must start by ``deadline``.
+
+    ``draw``: a uniform number in [0, 1) from the caller's seeded source, for graded shedding
+    (1.0 → never shed at random). The request's own work needs no passing: a waiter's start
+    depends on the work ahead of it, not on its own."""
     policy = policies[cls]
-    ahead = _ahead(policies, load, cls, tenant)
+    ahead, ahead_work = _ahead(policies, load, cls, tenant)
     if ahead == 0 and can_start(policies, load, cls, tenant=tenant, now=now):
         return START
+    expected = _wait(ahead_work + 1, load.service_rate)
     if _full(policy, load, cls, tenant):
         depth = load.queued.get(cls, 0)
         return Rejected(
             reason=Reason.QUEUE_FULL,
             message=f"the {cls} queue of this model is full ({depth} waiting); retry later",
-            retry_after=_wait(ahead + 1, load.service_rate) or 1.0,
+            retry_after=expected or 1.0,
         )
-    expected = _wait(ahead + 1, load.service_rate)
-    latest = min(deadline, now + policy.max_queue_age)
-    if expected is not None and now + expected > latest:
+    if expected is None:  # a pool nothing completed on yet: no estimate, the age limit rules
+        return Enqueue(expected_wait=0.0)
+    budget = min(deadline - now, policy.patience(load.prefill))
+    if expected > budget:
         return Rejected(
             reason=Reason.DEADLINE_UNMEETABLE,
             message=f"about {expected:.1f} s of queue ahead of this {cls} request; it would not "
-            f"start within {latest - now:.1f} s",
-            retry_after=expected,
+            f"start within {max(0.0, budget):.1f} s (its objective and deadline)",
+            retry_after=max(expected, 0.1),
         )
-    return Enqueue(expected_wait=expected or 0.0)
+    top = policy.priority >= max(p.priority for p in policies.values())
+    p = shed_probability(policy, expected_ttft=expected + load.prefill, top=top)
+    if draw < p:
+        return Rejected(
+            reason=Reason.SHED,
+            message=f"the pool is near its limit for the {cls} class; shed ({p:.0%} of such "
+            "requests are now)",
+            retry_after=max(expected, 0.1),
+        )
+    return Enqueue(expected_wait=expected)
 
 
-def _wait(position: int, rate: float) -> float | None:
+def shed_probability(policy: ClassPolicy, *, expected_ttft: float, top: bool) -> float:
+    """Graded shedding: 0 below ``shed_from`` × the objective, rising to 1 at it (never for
+    the top class, which is refused only once its objective is out of reach)."""
+    if top or policy.shed_from >= 1:
+        return 0.0
+    ratio = expected_ttft / policy.objective
+    return min(1.0, max(0.0, (ratio - policy.shed_from) / (1 - policy.shed_from)))
+
+
+def _wait(position: float, rate: float) -> float | None:
     return position / rate if rate > 0 else None
 
 
 def expire(
-    *, policies: Mapping[str, ClassPolicy], queued: Sequence[Waiting], now: float
+    *,
+    policies: Mapping[str, ClassPolicy],
+    queued: Sequence[Waiting],
+    now: float,
+    prefill: float = 0.0,
 ) -> list[tuple[Waiting, Rejected]]:
-    """Waiters past their class's maximum queue age or their deadline, and why they go."""
+    """Waiters past their class's patience (:meth:`ClassPolicy.patience` with the pool's
+    ``prefill``) or their deadline, and why they go."""
     gone = []
     for w in queued:
         policy = policies.get(w.cls)
-        if policy is not None and now - w.enqueued_at >= policy.max_queue_age:
+        if policy is not None and now - w.enqueued_at >= policy.patience(prefill):
             gone.append(
                 (
                     w,
@@ -286,7 +388,7 @@ def max_tokens(*, policy: ClassPolicy, load: PoolLoad, requested: int) -> int:
 
 
 def ewma_rate(
-    previous: float, completions: int, seconds: float, *, half_life: float = 10.0
+    previous: float, completions: float, seconds: float, *, half_life: float = 10.0
 ) -> float:
     """Completions per second, exponentially weighted with a ``half_life`` in seconds."""
     if seconds <= 0:

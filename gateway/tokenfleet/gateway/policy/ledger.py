@@ -36,6 +36,9 @@ T = TypeVar("T")
 RATE_WINDOW = 1.0
 #: Weight of the newest request in the average time a request holds its slot.
 HOLD_WEIGHT = 0.2
+#: Weight of a new sample in the expected prefill and the mean work: ~10 requests of memory, so
+#: they follow a change of prompt mix or cache hit ratio within a second at tens per second.
+SAMPLE_WEIGHT = 0.1
 #: Idle tenants' counters kept per class beyond the active ones before they are dropped
 #: (:func:`fairness.forget`): bounded memory when many tenants come and go.
 IDLE_COUNTERS = 64
@@ -43,6 +46,11 @@ IDLE_COUNTERS = 64
 
 class Ledger(Generic[T]):
     """In-flight and queued requests per class, each class's head, and the service rate.
+
+    Token work (:func:`admission.work`, a waiter's ``cost``) is counted beside requests: the
+    work waiting per class and the average work of a completed request, so admission counts a
+    queue in average requests of work. ``prefill`` is the average time from a slot to the first
+    token.
 
     ``T`` is what a waiter carries for its shell: a future in the gateway, the request in the
     simulator. ``classes`` may be given up front (the simulator: every lookup then finds its
@@ -71,6 +79,12 @@ class Ledger(Generic[T]):
         """Seconds a completed request held its slot, exponentially weighted (0 until one did)."""
         self.completions = 0
         """Completions since the last measurement."""
+        self.queued_cost: dict[str, float] = dict.fromkeys(names, 0.0)
+        """Class → token work waiting."""
+        self.mean_cost = 0.0
+        """Token work of a completed request, averaged (0 until one reported its cost)."""
+        self.prefill = 0.0
+        """Seconds from a slot to the first token, averaged (0 until one reported it)."""
         self.rate_at = now
         """When the rate was last measured (seconds on the caller's clock)."""
         self._lines: dict[str, dict[str, collections.deque[Waiting]]] = {}
@@ -91,6 +105,9 @@ class Ledger(Generic[T]):
             holding=self.holding,
             seen=self.seen,
             service_rate=self.rate_for(capacity),
+            queued_cost=self.queued_cost,
+            mean_cost=self.mean_cost,
+            prefill=self.prefill,
         )
 
     def rate_for(self, capacity: int) -> float:
@@ -160,10 +177,14 @@ class Ledger(Generic[T]):
         tenant: str = "",
         share: float = 1.0,
         correction: float = 0.0,
+        cost: float | None = None,
+        prefill: float | None = None,
     ) -> None:
         """A request of ``cls`` gives its slot back; ``completed`` counts it in the rate and its
-        ``held_seconds`` (how long it held the slot) in the hold time. ``correction`` (counter
-        units, negative for a refund) settles ``tenant``'s charge to the work actually done."""
+        ``held_seconds`` (how long it held the slot) in the hold time, its ``cost`` (token work)
+        in the mean work. ``correction`` (counter units, negative for a refund) settles
+        ``tenant``'s charge to the work actually done; ``prefill``: seconds from its slot to its
+        first token, if it had one."""
         self.in_flight[cls] = max(0, self.in_flight.get(cls, 0) - 1)
         holding = self.holding.get(cls)
         if holding and tenant in holding:
@@ -184,6 +205,17 @@ class Ledger(Generic[T]):
                     if previous <= 0
                     else previous + HOLD_WEIGHT * (held_seconds - previous)
                 )
+            if cost is not None and cost > 0:
+                # the same weight as the hold time: the two make one average request
+                previous = self.mean_cost
+                self.mean_cost = (
+                    cost if previous <= 0 else previous + HOLD_WEIGHT * (cost - previous)
+                )
+        if prefill is not None and prefill >= 0:
+            previous = self.prefill
+            self.prefill = (
+                prefill if previous <= 0 else previous + SAMPLE_WEIGHT * (prefill - previous)
+            )
 
     def enqueue(
         self,
@@ -195,9 +227,11 @@ class Ledger(Generic[T]):
         tenant: str = "",
         share: float = 1.0,
         work: float = 0.0,
+        cost: float = 1.0,
     ) -> Waiting:
         """``item`` waits at the back of its tenant's line in its class; its entry, for
-        :meth:`begin` and :meth:`remove`. ``work`` and ``share`` are charged when it starts."""
+        :meth:`begin` and :meth:`remove`. ``work`` and ``share`` are charged when it starts;
+        ``cost`` (token work) counts in the class's queued work while it waits."""
         self._ticket += 1
         entry = Waiting(
             ticket=self._ticket,
@@ -207,7 +241,9 @@ class Ledger(Generic[T]):
             tenant=tenant,
             share=share,
             work=work,
+            cost=cost,
         )
+        self.queued_cost[cls] = self.queued_cost.get(cls, 0.0) + cost
         self._see(cls, tenant, share, enqueued_at)
         self._arrive(cls, tenant)
         lines = self._lines.setdefault(cls, {})
@@ -238,6 +274,10 @@ class Ledger(Generic[T]):
         item = self._items.pop(ticket)
         cls, tenant = entry.cls, entry.tenant
         self.queued[cls] -= 1
+        # never below zero from float sums; exactly zero once the class has nobody waiting
+        self.queued_cost[cls] = (
+            max(0.0, self.queued_cost[cls] - entry.cost) if self.queued[cls] else 0.0
+        )
         waiting = self.waiting[cls]
         waiting[tenant] -= 1
         if not waiting[tenant]:

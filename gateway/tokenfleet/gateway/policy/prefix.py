@@ -25,6 +25,9 @@ from collections.abc import Mapping, Sequence
 BLOCK_CHARS = 256
 #: Blocks hashed at most (the request parser keeps 8 KiB of prompt text).
 MAX_BLOCKS = 32
+#: Blocks that name a prefix for rendezvous hashing (~1 KiB of text): long enough to mean a
+#: shared system prompt or document, short enough that a request reaches it.
+KEY_BLOCKS = 4
 #: Endpoints remembered per block: enough for a hot prefix spread by the bounded-load rule.
 HOLDERS_PER_BLOCK = 8
 
@@ -54,6 +57,9 @@ class Match:
 
     blocks: Mapping[str, int]  # endpoint URL → leading blocks held
     total: int  # blocks in the request
+    key: bytes = b""
+    """The hash of the leading :data:`KEY_BLOCKS` blocks (fewer if the prompt is shorter): what
+    rendezvous hashing places, identical in every gateway process."""
 
     def fraction(self, url: str) -> float:
         """The share of the request's blocks ``url`` holds (0 when nothing to match)."""
@@ -91,7 +97,8 @@ class PrefixIndex:
             for url in holders:
                 if url in alive:
                     held[url] = depth
-        return Match(blocks=held, total=len(hashes))
+        key = hashes[min(len(hashes), KEY_BLOCKS) - 1] if hashes else b""
+        return Match(blocks=held, total=len(hashes), key=key)
 
     def record(self, hashes: Sequence[bytes], url: str) -> None:
         """``url`` now holds every block of the request (it prefilled them)."""

@@ -10,18 +10,26 @@ revision, precomputed per snapshot):
 2. **filter** — drop endpoints this request already tried and ejected outliers (when every
    endpoint is ejected, use them anyway: a probably-failing replica beats a certain 503);
 3. **score** — ``prefix·affinity + load·(1 − relative load) + zone·same-zone`` where load is
-   in-flight requests counted by this gateway plus the engine's waiting queue and KV usage when
-   the scrape is fresh; affinity is withdrawn from an endpoint with more requests than
-   ``bounded_load`` × the shortlist's mean plus one (a hot prefix spreads instead of pinning
-   one replica, and a cold one stays put); the zone bonus is
-   withdrawn from a saturated endpoint (spill to other zones);
-4. **pick** — the best score, ties broken by the injected ``rng``: decisions replay exactly.
+   in-flight requests counted by this gateway (always current) plus what the last scrape saw
+   beyond them (``waiting + running`` less this gateway's own count at scrape time: other
+   gateways' requests), weighted down as the scrape ages, and a small KV-usage term; counting
+   the scrape as a *correction* keeps a stale figure from herding simultaneous arrivals onto
+   the replica that looked idle a second ago. A prefix no candidate is known to hold goes to
+   its rendezvous-hash winner (highest ``hash(leading blocks, endpoint)``), so every gateway
+   process sends a new prefix to the same replica without sharing state, and equal scores
+   break towards the rendezvous order too; affinity is withdrawn from an endpoint with more
+   requests than ``bounded_load`` × the shortlist's mean plus one (a hot prefix spreads
+   instead of pinning one replica, and a cold one stays put); the zone bonus is withdrawn from
+   a saturated endpoint (spill to other zones);
+4. **pick** — the best score, ties broken by the rendezvous order when the request has a
+   prefix, else by the injected ``rng``: decisions replay exactly.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from typing import Literal, Protocol, TypeVar
 
@@ -137,6 +145,40 @@ class Load:
     """``vllm:kv_cache_usage_perc`` (0–1)."""
     scraped_at: float | None = None
     """Monotonic seconds of the scrape; None when never scraped."""
+    running: int = 0
+    """``vllm:num_requests_running``."""
+    own: int = 0
+    """This gateway's in-flight count at the endpoint when the scrape was taken: the engine's
+    figures already include those, and counting them twice would herd arrivals elsewhere."""
+
+    def others(self, now: float, stale_after: float) -> float:
+        """Requests the engine had beyond this gateway's own, weighted by the scrape's age
+        (1 when fresh, falling to 0 at ``stale_after``): other gateways' load fades out
+        instead of vanishing at once."""
+        if self.scraped_at is None:
+            return 0.0
+        return max(0, self.waiting + self.running - self.own) * freshness(
+            self, now=now, stale_after=stale_after
+        )
+
+
+def freshness(load: Load, *, now: float, stale_after: float) -> float:
+    """1 for a scrape taken now, 0 at ``stale_after`` seconds old or never scraped."""
+    if load.scraped_at is None or stale_after <= 0:
+        return 0.0
+    return max(0.0, 1.0 - (now - load.scraped_at) / stale_after)
+
+
+#: Weight of KV usage (0–1) in an endpoint's pressure, against 1 per slot-full of requests: a
+#: tie-breaker, not a driver — KV usage moves with prompt lengths, and as a driver a scrape's
+#: figure would steer every arrival until the next scrape to one replica.
+KV_WEIGHT = 0.05
+
+
+def rendezvous(key: bytes, url: str) -> int:
+    """The rendezvous (highest-random-weight) hash of a prefix key and an endpoint: the same in
+    every gateway process (no per-process seed), so they agree on a new prefix's home."""
+    return int.from_bytes(hashlib.blake2b(key + url.encode(), digest_size=8).digest(), "big")
 
 
 IDLE = Load()
@@ -327,18 +369,25 @@ def _best(
     press: list[float] = []  # what the load score compares
     for e in candidates:
         load = loads.get(e.url, IDLE)
-        fresh = load.scraped_at is not None and now - load.scraped_at <= stale_after
-        r = (in_flight.get(e.url, 0) + (load.waiting if fresh else 0)) / max(1, e.max_concurrency)
+        size = max(1, e.max_concurrency)
+        r = (in_flight.get(e.url, 0) + load.others(now, stale_after)) / size
         requests.append(r)
-        press.append(r + (load.kv_usage if fresh else 0.0))
+        kv = (
+            load.kv_usage * freshness(load, now=now, stale_after=stale_after)
+            if load.kv_usage
+            else 0.0
+        )
+        press.append(r + KV_WEIGHT * kv)
     top = max(press)
     # Bounded load counts requests only: KV usage moves with prompt lengths, and a spill on
     # that noise would copy a hot prefix to replicas that have no need of it.
+    least = min(requests)
     ceiling = policy.bounded_load * sum(requests) / len(requests)
     prefix_w = policy.prefix if policy.kind == "PrefixAware" else 0.0
     zone_w = policy.zone if ask.zone else 0.0
     load_w = policy.load
-    held, total = ask.match.blocks, ask.match.total
+    held, total, key = ask.match.blocks, ask.match.total, ask.match.key
+    home = _home(candidates, held, key) if prefix_w and key else -1
     best: list[int] = []
     best_score = float("-inf")
     spilled = False
@@ -346,7 +395,14 @@ def _best(
     local = [False] * len(candidates)
     for i, e in enumerate(candidates):
         fraction = held.get(e.url, 0) / total if prefix_w and total else 0.0
-        if fraction and requests[i] > ceiling + 1 / max(1, e.max_concurrency):
+        step = 1 / max(1, e.max_concurrency)
+        if i == home and requests[i] <= least + step and requests[i] + step <= 1 + TIE:
+            # nobody holds it yet: its rendezvous home, as every process picks, unless that
+            # has more than one request beyond the least busy or no free sequence (most such
+            # prompts are unique, and for them balance comes first: a full engine would
+            # queue it behind a long prefill)
+            fraction = 1.0
+        elif fraction and requests[i] > ceiling + step:
             fraction, spilled = 0.0, True  # bounded load: a hot prefix must not pin one replica
         affinity[i] = fraction
         local[i] = bool(zone_w) and e.zone == ask.zone and press[i] < policy.zone_saturation
@@ -359,6 +415,10 @@ def _best(
             best, best_score = [i], score
         elif score >= best_score - TIE:
             best.append(i)
+    if len(best) > 1 and prefix_w and key:
+        # equal scores: the rendezvous order, so processes that agree on the scores agree on
+        # the pick (a seeded random choice differs per process)
+        best = [max(best, key=lambda j: rendezvous(key, candidates[j].url))]
     i = best[0] if len(best) == 1 else rng.choice(best)
     why = (
         Why.ALL_EJECTED
@@ -374,6 +434,13 @@ def _best(
     return Choice(
         endpoint=candidates[i], why=why, prefix_blocks=ask.match.blocks.get(candidates[i].url, 0)
     )
+
+
+def _home(candidates: Sequence[Endpoint], held: Mapping[str, int], key: bytes) -> int:
+    """The rendezvous winner's index when no candidate is known to hold the prefix, else -1."""
+    if any(e.url in held for e in candidates):
+        return -1
+    return max(range(len(candidates)), key=lambda j: rendezvous(key, candidates[j].url))
 
 
 def choose_revision(
