@@ -43,7 +43,9 @@ class Settings:
     quota_failure: Literal["open", "closed"] = "open"
     """Redis down: 'open' serves with local limits (quota / replicas); 'closed' refuses."""
     expected_replicas: int = 1
-    """Replicas sharing the quotas, to size fail-open local limits."""
+    """Gateway replicas (TOKENFLEET_GATEWAY_REPLICAS, which the chart sets from its replica
+    count): they share the quotas (fail-open local limits are sized by it) and the engines'
+    slots (:attr:`processes`)."""
     salt_secret: bytes = b""
     """HMAC key for cache_salt; every replica must share it."""
     max_body_bytes: int = 4 * 1024 * 1024
@@ -82,6 +84,11 @@ class Settings:
     """Where ModelRoute remotes' keys are mounted: ``<dir>/<secret>/<key>`` (the chart's
     gateway.remoteKeySecrets; TOKENFLEET_REMOTE_KEYS_DIR). The gateway never reads Secrets
     through the API, so a route can only use a key the platform team mounted."""
+
+    @property
+    def processes(self) -> int:
+        """Gateway processes sharing the engines: workers × replicas, each at least 1."""
+        return max(1, self.workers) * max(1, self.expected_replicas)
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:

@@ -51,6 +51,8 @@ class Router:
         self.ejection_policy = resilience.EjectionPolicy(base_ejection=settings.ejection_seconds)
         self._ejected: set[str] = set()  # endpoints whose health says ejected or probing
         self._sequence = itertools.count()
+        self.processes = settings.processes
+        """Gateway processes routing to the same endpoints (this one included)."""
 
     def ejected(self, now: float) -> frozenset[str]:
         return resilience.ejected({u: self.health[u] for u in self._ejected}, now=now)
@@ -82,6 +84,7 @@ class Router:
             policy=policy,
             now=now,
             rng=self.rng,
+            processes=self.processes,
         )
         if choice is None:
             return None

@@ -67,9 +67,8 @@ class GatewayState:
         self.router.forget_gone(frozenset(e.url for e in catalog.endpoints.endpoints))
         self.changed.set()
         self.changed = asyncio.Event()
-        processes = max(1, self.settings.workers) * max(1, self.settings.expected_replicas)
         self.capacities = {
-            key: admission.share(capacity(catalog, key), processes=processes)
+            key: admission.share(capacity(catalog, key), processes=self.settings.processes)
             for key in catalog.pools
         }
         self.catalog_loaded = True

@@ -319,8 +319,14 @@ def pick(
     policy: Policy,
     now: float,
     rng: Rng,
+    processes: int = 1,
 ) -> Choice | None:
     """The endpoint for one attempt of a request, with the reason; None when none is usable.
+
+    ``processes``: gateway processes routing to these endpoints independently (each sees the
+    others' requests only through scrapes, so its view of a load is off by about one request
+    per other process: a new prefix's home within that many requests of the least loaded is
+    as good a choice, and taking it keeps the processes agreeing).
 
     ``in_flight``: requests this gateway has running at each endpoint; ``loads``: the last
     scrape of each (absent → never scraped). Plain dicts, not Mappings: compiled
@@ -348,6 +354,7 @@ def pick(
         now=now,
         rng=rng,
         panic=panic,
+        processes=processes,
     )
 
 
@@ -361,6 +368,7 @@ def _best(
     now: float,
     rng: Rng,
     panic: bool,
+    processes: int,
 ) -> Choice:
     # The loops below inline Match.fraction(): this runs for every request of every gateway
     # (and millions of times in the fleet simulator).
@@ -396,11 +404,15 @@ def _best(
     for i, e in enumerate(candidates):
         fraction = held.get(e.url, 0) / total if prefix_w and total else 0.0
         step = 1 / max(1, e.max_concurrency)
-        if i == home and requests[i] <= least + step and requests[i] + step <= 1 + TIE:
+        if (
+            i == home
+            and requests[i] <= least + max(1, processes) * step
+            and requests[i] + step <= 1 + TIE
+        ):
             # nobody holds it yet: its rendezvous home, as every process picks, unless that
-            # has more than one request beyond the least busy or no free sequence (most such
-            # prompts are unique, and for them balance comes first: a full engine would
-            # queue it behind a long prefill)
+            # has more requests beyond the least busy than the processes' views can be off by
+            # (one each) or no free sequence (most such prompts are unique, and for them
+            # balance comes first: a full engine would queue it behind a long prefill)
             fraction = 1.0
         elif fraction and requests[i] > ceiling + step:
             fraction, spilled = 0.0, True  # bounded load: a hot prefix must not pin one replica
