@@ -259,8 +259,9 @@ class AdmissionClass(Model):
         ge=1,
         description="Time-to-first-token objective. A request whose expected queue wait plus "
         "prefill would miss it is refused at once (429/503 with Retry-After) instead of being "
-        "admitted late; waiters are shed once they have waited this long. Unset: "
-        "maxQueueAgeMs.",
+        "admitted late; a waiter is shed once its first token can no longer come in time "
+        "(this less the expected prefill, at least a quarter of it). Unset: maxQueueAgeMs "
+        "alone.",
     )
 
 

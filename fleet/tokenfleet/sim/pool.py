@@ -158,6 +158,7 @@ class Pool:
                 share=share,
                 work=work,
                 cost=admission.work(prompt_tokens=req.input, max_tokens=req.output),
+                patience=self.policies[req.cls].patience(self.ledger.prefill),  # as the gateway
             )
             self.wake(now)  # its tenant may be the fair choice at once, as in the gateway
 
@@ -246,7 +247,8 @@ class Pool:
                 waiting=len(r.waiting),
                 kv_usage=r.kv_usage(),
                 scraped_at=now,
-                running=r.running,
+                # vLLM counts prefilling sequences as running too
+                running=r.running + len(r.prefill) + len(r.prefilling),
                 own=self.routed.get(r.url, 0),
             )
 

@@ -472,7 +472,8 @@ class Completion:
             )
             self.degraded = max_tokens < admitted.max_tokens
             outcome = await self.proxied(admitted, to, max_tokens)
-            if not isinstance(outcome, Rejected):
+            if admitted.parsed.stream and not isinstance(outcome, Rejected):
+                # a stream's first byte is its first token; a whole answer's is its last
                 first_byte_at = outcome.first_byte_at
             return Answered(target=to, outcome=outcome)
         finally:

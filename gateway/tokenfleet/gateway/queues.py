@@ -106,6 +106,7 @@ class Admitter:
             q.start(cls, tenant=fair.tenant, share=fair.share, work=fair.work, now=now)
             return None
         future: asyncio.Future[Rejected | None] = asyncio.get_running_loop().create_future()
+        patience = policies[cls].patience(q.prefill)
         entry = q.enqueue(
             future,
             cls=cls,
@@ -115,11 +116,12 @@ class Admitter:
             share=fair.share,
             work=fair.work,
             cost=cost,
+            patience=patience,
         )
         # its tenant may be the class's fair choice at once (behind a flood's queue, in the
         # slot the flood's headroom keeps free): admission counted the queue, not the turn
         self.wake(pool=pool, policies=policies, capacity=capacity)
-        limit = min(deadline, now + policies[cls].patience(q.prefill)) - now
+        limit = min(deadline, now + patience) - now
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout=max(0.0, limit))
         except TimeoutError:
@@ -144,6 +146,7 @@ class Admitter:
                     cls=cls,
                     fair=fair,
                     correction=-fair.work,
+                    completed=False,  # handed back unused: not a completion in the rate
                 )
             raise
         finally:

@@ -40,6 +40,7 @@ def pick(
     match: prefix.Match = prefix.NO_MATCH,
     kind: str = "LeastLoad",
     seed: int = 1,
+    processes: int = 1,
 ) -> str:
     got = routing.pick(
         routing.Group.of(eps),
@@ -49,6 +50,7 @@ def pick(
         policy=Policy(kind=kind),  # type: ignore[arg-type]
         now=NOW,
         rng=random.Random(seed),
+        processes=processes,
     )
     assert got is not None
     return got.endpoint.url
@@ -120,6 +122,35 @@ def test_processes_agree_on_a_new_prefix() -> None:
         agreed += one == two
     # the second process defers to load only where the home is one of its busier endpoints
     assert agreed >= 20
+
+
+def new_prefix(text: str) -> tuple[prefix.Match, str]:
+    """A prompt nobody holds, and its rendezvous home among a, b, c, d."""
+    hashes = prefix.block_hashes(text, model="m", salt="")
+    home = max("abcd", key=lambda u: routing.rendezvous(hashes[3], u))
+    return prefix.Match({}, len(hashes), hashes[3]), home
+
+
+@pytest.mark.parametrize(
+    ("home_load", "processes", "size", "to_home"),
+    [
+        pytest.param(0, 1, 16, True, id="idle-home"),
+        pytest.param(1, 1, 16, True, id="one-request-more"),
+        pytest.param(2, 1, 16, False, id="two-more-one-process"),
+        pytest.param(2, 4, 16, True, id="two-more-four-processes"),  # their views are that far off
+        pytest.param(4, 4, 16, True, id="four-more-four-processes"),
+        pytest.param(5, 4, 16, False, id="five-more-four-processes"),
+        pytest.param(2, 4, 2, False, id="home-has-no-free-sequence"),  # it would queue in vLLM
+    ],
+)
+def test_a_new_prefix_goes_home_within_the_processes_slack(
+    home_load: int, processes: int, size: int, to_home: bool
+) -> None:
+    """The others idle, the home ``home_load`` requests busy: home or balance."""
+    match, home = new_prefix("a system prompt " * 80)
+    eps = [ep(u, size) for u in "abcd"]
+    got = pick(eps, {home: home_load}, {}, match=match, kind="PrefixAware", processes=processes)
+    assert (got == home) is to_home, got
 
 
 def test_match_key_is_the_leading_blocks() -> None:

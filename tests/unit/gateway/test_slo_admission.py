@@ -206,21 +206,32 @@ def test_idle_pool_starts_whatever_the_objective() -> None:
 
 
 @pytest.mark.parametrize(
-    ("expected_ttft", "top", "p"),
+    ("expected", "patience", "top", "p"),
     [
-        (0.5, False, 0.0),
-        (0.7, False, 0.0),
-        (0.85, False, 0.5),
-        (1.0, False, 1.0),
-        (3.0, False, 1.0),
-        (0.99, True, 0.0),
+        (0.5, 1.0, False, 0.0),
+        (0.7, 1.0, False, 0.0),
+        (0.85, 1.0, False, 0.5),
+        (1.0, 1.0, False, 1.0),
+        (3.0, 1.0, False, 1.0),
+        (0.99, 1.0, True, 0.0),  # the top class: never at random
+        (0.425, 0.5, False, 0.5),  # a prefill took half the objective: graded over the rest
+        (0.1, 0.0, False, 0.0),  # no patience left: the budget check refuses, not the draw
     ],
 )
-def test_shed_probability(expected_ttft: float, top: bool, p: float) -> None:
+def test_shed_probability(expected: float, patience: float, top: bool, p: float) -> None:
     policy = cls("x", 1, ttft_target=1.0)
-    assert admission.shed_probability(
-        policy, expected_ttft=expected_ttft, top=top
-    ) == pytest.approx(p)
+    got = admission.shed_probability(policy, expected=expected, patience=patience, top=top)
+    assert got == pytest.approx(p)
+
+
+def test_reservations_leave_a_shared_slot() -> None:
+    """A process with a small share of the pool (4 processes, 1 or 2 slots each) keeps a slot
+    every class can use: rounding reservations up must not starve the other classes."""
+    policies = {**POLICIES, "critical": cls("critical", 300, reserved_share=0.1)}
+    for capacity, reserved in ((1, {}), (2, {"critical": 1}), (64, {"critical": 7})):
+        assert admission._reserved(policies, capacity) == reserved
+        load = PoolLoad(capacity=capacity, in_flight={}, queued={}, heads={}, service_rate=0.0)
+        assert admission.can_start(policies, load, "batch")
 
 
 @pytest.mark.parametrize(

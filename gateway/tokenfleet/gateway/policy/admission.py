@@ -15,10 +15,11 @@ request late. The expected start is the token *work* queued ahead (prompt plus r
 :func:`work`), in units of the average request's work, over the requests per second the slots
 sustain: a queue of long prompts counts as longer than one of short ones, and an idle minute
 does not make a pool look slow. Below the top class shedding is graded: as a request's expected
-TTFT nears its objective it is refused with a probability rising from 0 at ``shed_from`` × the
-objective to 1 at it (the caller passes the uniform ``draw``), so the cliff becomes a slope and
-lower classes give way first. Under pressure, lower classes starve first and their waiters
-expire first: that is the shedding order. A class may instead accept a degraded ``max_tokens``
+wait nears the patience it has (its objective less the expected prefill) it is refused with a
+probability rising from 0 at ``shed_from`` × that patience to 1 at it (the caller passes the
+uniform ``draw``), so the cliff becomes a slope and lower classes give way first. Under
+pressure, lower classes starve first and their waiters expire first: that is the shedding
+order. A class may instead accept a degraded ``max_tokens``
 cap under pressure.
 """
 
@@ -96,6 +97,7 @@ class Waiting:
     share: float = 1.0  # the tenant's weight in its class (Tenant.spec.share)
     work: float = 0.0  # counter units charged when it starts (fairness.work)
     cost: float = 1.0  # token work it brings (admission.work): what the queue estimate counts
+    patience: float = -1.0  # seconds it may wait, fixed when it queued; < 0 → its class's now
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,11 +150,20 @@ def class_for(wanted: str, policies: Mapping[str, ClassPolicy]) -> str:
 
 
 def _reserved(policies: Mapping[str, ClassPolicy], capacity: int) -> dict[str, int]:
-    return {
+    """Slots each class keeps for itself: its share rounded up (a class that reserves keeps at
+    least one), but never all of them — at least one stays shared, or a process whose share of
+    the pool is small (:func:`share`) would start nothing of the other classes."""
+    reserved = {
         name: math.ceil(capacity * p.reserved_share)
         for name, p in policies.items()
         if p.reserved_share
     }
+    while reserved and sum(reserved.values()) > max(0, capacity - 1):
+        largest = max(reserved, key=lambda name: (reserved[name], name))
+        reserved[largest] -= 1
+        if not reserved[largest]:
+            del reserved[largest]
+    return reserved
 
 
 def share(capacity: int, *, processes: int) -> int:
@@ -299,7 +310,7 @@ def admit(
             retry_after=max(expected, 0.1),
         )
     top = policy.priority >= max(p.priority for p in policies.values())
-    p = shed_probability(policy, expected_ttft=expected + load.prefill, top=top)
+    p = shed_probability(policy, expected=expected, patience=budget, top=top)
     if draw < p:
         return Rejected(
             reason=Reason.SHED,
@@ -310,12 +321,13 @@ def admit(
     return Enqueue(expected_wait=expected)
 
 
-def shed_probability(policy: ClassPolicy, *, expected_ttft: float, top: bool) -> float:
-    """Graded shedding: 0 below ``shed_from`` × the objective, rising to 1 at it (never for
-    the top class, which is refused only once its objective is out of reach)."""
-    if top or policy.shed_from >= 1:
+def shed_probability(policy: ClassPolicy, *, expected: float, patience: float, top: bool) -> float:
+    """Graded shedding: 0 while the ``expected`` wait is below ``shed_from`` × the ``patience``
+    it may have (its objective less the expected prefill, or its deadline), rising to 1 at it;
+    never for the top class, which is refused only once its objective is out of reach."""
+    if top or policy.shed_from >= 1 or patience <= 0:
         return 0.0
-    ratio = expected_ttft / policy.objective
+    ratio = expected / patience
     return min(1.0, max(0.0, (ratio - policy.shed_from) / (1 - policy.shed_from)))
 
 
@@ -335,7 +347,8 @@ def expire(
     gone = []
     for w in queued:
         policy = policies.get(w.cls)
-        if policy is not None and now - w.enqueued_at >= policy.patience(prefill):
+        limit = w.patience if w.patience >= 0 or policy is None else policy.patience(prefill)
+        if policy is not None and now - w.enqueued_at >= limit:
             gone.append(
                 (
                     w,

@@ -228,10 +228,12 @@ class Ledger(Generic[T]):
         share: float = 1.0,
         work: float = 0.0,
         cost: float = 1.0,
+        patience: float = -1.0,
     ) -> Waiting:
         """``item`` waits at the back of its tenant's line in its class; its entry, for
         :meth:`begin` and :meth:`remove`. ``work`` and ``share`` are charged when it starts;
-        ``cost`` (token work) counts in the class's queued work while it waits."""
+        ``cost`` (token work) counts in the class's queued work while it waits; ``patience``
+        (seconds, :meth:`ClassPolicy.patience` as it queued) is how long it may."""
         self._ticket += 1
         entry = Waiting(
             ticket=self._ticket,
@@ -242,6 +244,7 @@ class Ledger(Generic[T]):
             share=share,
             work=work,
             cost=cost,
+            patience=patience,
         )
         self.queued_cost[cls] = self.queued_cost.get(cls, 0.0) + cost
         self._see(cls, tenant, share, enqueued_at)

@@ -220,6 +220,8 @@ class Why(enum.StrEnum):
     ONLY = "only_one"
     PREFIX = "prefix"
     PREFIX_OVERLOADED = "prefix_overloaded"
+    PREFIX_HOME = "prefix_home"
+    """A prefix nobody was known to hold, sent to its rendezvous home."""
     ZONE = "zone"
     LOAD = "load"
     ROUND_ROBIN = "round_robin"
@@ -430,11 +432,13 @@ def _best(
     if len(best) > 1 and prefix_w and key:
         # equal scores: the rendezvous order, so processes that agree on the scores agree on
         # the pick (a seeded random choice differs per process)
-        best = [max(best, key=lambda j: rendezvous(key, candidates[j].url))]
+        best = [_first(candidates, best, key)]
     i = best[0] if len(best) == 1 else rng.choice(best)
     why = (
         Why.ALL_EJECTED
         if panic
+        else Why.PREFIX_HOME
+        if i == home and affinity[i]
         else Why.PREFIX
         if affinity[i]
         else Why.PREFIX_OVERLOADED
@@ -452,7 +456,18 @@ def _home(candidates: Sequence[Endpoint], held: Mapping[str, int], key: bytes) -
     """The rendezvous winner's index when no candidate is known to hold the prefix, else -1."""
     if any(e.url in held for e in candidates):
         return -1
-    return max(range(len(candidates)), key=lambda j: rendezvous(key, candidates[j].url))
+    return _first(candidates, range(len(candidates)), key)
+
+
+def _first(candidates: Sequence[Endpoint], among: Sequence[int], key: bytes) -> int:
+    """Of the candidates at indexes ``among``, the one ranked first for ``key`` by rendezvous
+    hashing (a plain loop: a key function's closure would cost the compiled hot path)."""
+    best, top = among[0], -1
+    for j in among:
+        score = rendezvous(key, candidates[j].url)
+        if score > top:
+            best, top = j, score
+    return best
 
 
 def choose_revision(
