@@ -137,6 +137,7 @@ bench: $(VENV)/.installed binaries native $(PEERS)/.installed $(CLIENTS)/.instal
 	$(PY) bench/gateway_overhead.py
 	$(PY) bench/operator_scale.py
 	$(PY) bench/routing.py
+	$(PY) bench/slot_sharing.py
 	$(PY) bench/autoscaling.py
 	$(PY) bench/simulator.py
 	$(PY) bench/sim_accuracy.py

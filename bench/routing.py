@@ -11,19 +11,22 @@ a load factor makes a busy replica slower. Each router gets fresh replicas (cold
 
 Every TokenFleet gateway runs with its **default** pool settings (admission classes critical,
 interactive, batch with their default objectives); the tenants' traffic is 10 % critical,
-60 % interactive and 30 % batch. Workloads (open loop, Poisson arrivals, streamed):
+60 % interactive and 30 % batch, one tenant per class, sharing one prefix-cache group (as all
+traffic does behind vllm-router). Workloads (open loop, Poisson arrivals, streamed):
 ``shared`` — every prompt is one of D long documents plus a unique question (RAG /
 system-prompt traffic); ``unique`` — same lengths, no shared prefix (affinity must cost
 nothing). Rates sweep a share of each workload's capacity (``--loads``). Reported per router and
-rate: goodput (requests/s meeting both the TTFT and the mean inter-token SLO), SLO attainment
-(of all requests offered), TTFT p50/p90/p99 of served requests, prefix hit ratio (cached prompt
-tokens / prompt tokens, from the engines' usage reports), and requests refused per class with
-the slowest refusal; ``--png`` plots goodput against offered load, one line per router.
-``--processes 1,2,4`` also runs TokenFleet with that many gateway processes on one port
-(SO_REUSEPORT) on the shared workload and reports the hit ratio and the engines' peak
-running + waiting requests against their slots.
+rate: goodput (requests/s served within their class's TTFT objective — 1 s for critical and
+interactive, 30 s for batch — and the mean inter-token SLO), the same with 1 s for every class,
+the admitted critical and interactive requests within SLO, TTFT p50/p90/p99 of the 1 s classes,
+batch's TTFT p50, prefix hit ratio (cached prompt tokens / prompt tokens, from the engines'
+usage reports), requests refused per class with the slowest refusal, and failed requests;
+``--png`` plots goodput against offered load, one line per router. ``--processes 1,2,4`` also
+runs TokenFleet with that many gateway processes on one port (SO_REUSEPORT) on the shared
+workload and reports the hit ratio and the engines' peak running + waiting requests against
+their slots. ``BENCH_DEBUG=1`` prints failed requests and TokenFleet's routing reasons.
 
-    .venv/bin/python bench/routing.py [--seconds 10] [--loads 0.3,0.5,0.8,1,1.3] [--png F]
+    .venv/bin/python bench/routing.py [--seconds 15] [--loads 0.3,0.5,0.8,1,1.2,1.3] [--png F]
 """
 
 from __future__ import annotations
@@ -449,12 +452,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--replicas", type=int, default=4)
     p.add_argument("--seconds", type=float, default=15.0, help="per run (one router, one rate)")
-    p.add_argument("--loads", default="0.3,0.5,0.8,1,1.3", help="shares of capacity")
+    p.add_argument("--loads", default="0.3,0.5,0.8,1,1.2,1.3", help="shares of capacity")
     p.add_argument("--workloads", default="shared,unique")
     p.add_argument("--routers", default=",".join(ROUTERS))
     p.add_argument("--png", default="", help="plot goodput against offered load to this file")
     p.add_argument("--processes", default="1,2,4", help="gateway processes to compare ('': none)")
-    p.add_argument("--processes-load", type=float, default=0.8)
+    p.add_argument("--processes-load", type=float, default=1.2)
     p.add_argument(
         "--routing", default="{}", help='extra spec.routing JSON, e.g. {"boundedLoad": 2}'
     )
