@@ -86,9 +86,9 @@ ITL_SLO = 0.05  # seconds, mean per request
 DOCUMENTS = 16
 DOC_WORDS = 2000
 OUTPUT_TOKENS = 32
-#: Requests/s the 4-replica fleet serves per workload (the most any router sustains within the
-#: SLO, measured with this script: see docs/gateway.md); ``--loads`` are shares of these,
-#: scaled by ``--replicas``/4.
+#: Requests/s the 4-replica fleet serves per workload (the highest offered rate at which the best
+#: router still serves about everything within SLO, measured with this script: see
+#: docs/gateway.md); ``--loads`` are shares of these, scaled by ``--replicas``/4.
 CAPACITY = {"shared": 96.0, "unique": 32.0}
 #: The tenants' classes and their shares of the traffic.
 MIX = (("critical", 0.1), ("interactive", 0.6), ("batch", 0.3))

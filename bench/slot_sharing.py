@@ -9,9 +9,10 @@ take a slot and one to give it back — the same round trips a Redis-coordinated
 needs) against a real redis-server, from 1, 2 and 4 processes, each keeping ``--concurrency``
 requests in flight that hold their slot for ``--hold-ms``:
 
-- per request: the round trips, the added wall time of take + give back (p50, p99), and the
-  process's CPU for both (the gateway's whole CPU per request is ~0.4 ms: docs/gateway.md
-  "Performance").
+- per request: the round trips, the wall time of take + give back (p50 and p99 over every
+  process's requests), and the CPU they add: the process's CPU per request less that of the same
+  loop on an in-process counter (``QuotaStore`` without Redis), which leaves the round trips'
+  cost (the gateway's whole CPU per request is ~0.4 ms: docs/gateway.md "Performance").
 
 What each buys is in docs/gateway.md "Admission": both are exact while every process is up; the
 static share is off by one process's share while a replica starts or is gone, the counter is
@@ -28,11 +29,11 @@ import asyncio
 import dataclasses
 import multiprocessing
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from _processes import free_port, start, wait_port
 
@@ -44,7 +45,7 @@ from tokenfleet.gateway.quota_store import QuotaStore, Reservation
 class Job:
     """One process's part of a run."""
 
-    url: str
+    url: str | None  # None: the same loop on an in-process counter (the baseline)
     limit: int
     processes: int
     concurrency: int
@@ -52,7 +53,7 @@ class Job:
     seconds: float
 
 
-async def _loop_in(job: Job) -> dict[str, float]:
+async def _loop_in(job: Job) -> dict[str, Any]:
     # replicas large enough that a lease (10 % of the limit over the replicas) would hold fewer
     # than 2 slots: every request takes the per-request path, one round trip each way
     store = QuotaStore(url=job.url, failure="closed", replicas=job.processes * 8)
@@ -80,23 +81,19 @@ async def _loop_in(job: Job) -> dict[str, float]:
     await asyncio.gather(*(worker() for _ in range(job.concurrency)))
     cpu = time.process_time() - cpu0
     await store.close()
-    n = max(1, len(latencies))
-    ordered = sorted(latencies)
-    return {
-        "requests": len(latencies),
-        "refused": refused,
-        "p50": statistics.median(ordered) if ordered else 0.0,
-        "p99": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0,
-        "cpu_per_request": cpu / n,
-        "round_trips": store.calls / n,
-    }
+    return {"latencies": latencies, "refused": refused, "cpu": cpu, "calls": store.calls}
 
 
 def _process(job: Job, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     out.put(asyncio.run(_loop_in(job)))
 
 
-def run(url: str, processes: int, ns: argparse.Namespace) -> dict[str, float]:
+def pct(ordered: list[float], p: float) -> float:
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] if ordered else 0.0
+
+
+def run(url: str | None, processes: int, ns: argparse.Namespace) -> dict[str, float]:
+    """Every process's requests pooled: percentiles over all of them, CPU per request."""
     queue: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
     job = Job(
         url=url,
@@ -112,13 +109,15 @@ def run(url: str, processes: int, ns: argparse.Namespace) -> dict[str, float]:
     results = [queue.get() for _ in procs]
     for p in procs:
         p.join()
+    latencies = sorted(x for r in results for x in r["latencies"])
+    n = max(1, len(latencies))
     return {
-        "requests": sum(r["requests"] for r in results),
+        "requests": len(latencies),
         "refused": sum(r["refused"] for r in results),
-        "p50": statistics.fmean(r["p50"] for r in results),
-        "p99": max(r["p99"] for r in results),
-        "cpu_per_request": statistics.fmean(r["cpu_per_request"] for r in results),
-        "round_trips": statistics.fmean(r["round_trips"] for r in results),
+        "p50": pct(latencies, 50),
+        "p99": pct(latencies, 99),
+        "cpu_per_request": sum(r["cpu"] for r in results) / n,
+        "round_trips": sum(r["calls"] for r in results) / n,
     }
 
 
@@ -141,16 +140,19 @@ def main() -> int:
                 f"A pool of {ns.limit} slots shared through one Redis counter; each process keeps "
                 f"{ns.concurrency} requests in flight holding a slot {ns.hold_ms:g} ms, for "
                 f"{ns.seconds:g} s (a static share: 0 round trips, 0 added time)\n"
-                "| processes | requests | round trips per request | added p50 / p99 "
-                "(take + give back) | gateway CPU per request |\n"
-                "|---|---|---|---|---|"
+                "| processes | requests | round trips per request | take + give back p50 / p99 "
+                "| CPU per request, Redis − in-process counter | refused |\n"
+                "|---|---|---|---|---|---|"
             )
             for n in [int(x) for x in ns.processes.split(",")]:
+                base = run(None, n, ns)  # the same loop and timers, no Redis: what to subtract
                 r = run(url, n, ns)
+                added = r["cpu_per_request"] - base["cpu_per_request"]
                 print(
                     f"| {n} | {r['requests']:.0f} | {r['round_trips']:.2f} | "
                     f"{r['p50'] * 1000:.2f} / {r['p99'] * 1000:.2f} ms | "
-                    f"{r['cpu_per_request'] * 1e6:.0f} µs |",
+                    f"{r['cpu_per_request'] * 1e6:.0f} − {base['cpu_per_request'] * 1e6:.0f} = "
+                    f"{added * 1e6:.0f} µs | {r['refused']:.0f} |",
                     flush=True,
                 )
         finally:

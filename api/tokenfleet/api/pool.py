@@ -257,11 +257,11 @@ class AdmissionClass(Model):
     ttft_target_ms: int | None = Field(
         default=None,
         ge=1,
-        description="Time-to-first-token objective. A request whose expected queue wait plus "
-        "prefill would miss it is refused at once (429/503 with Retry-After) instead of being "
-        "admitted late; a waiter is shed once its first token can no longer come in time "
-        "(this less the expected prefill, at least a quarter of it). Unset: maxQueueAgeMs "
-        "alone.",
+        description="Time-to-first-token objective. A request whose expected queue wait "
+        "exceeds this less the expected prefill (at least a quarter of it, at most "
+        "maxQueueAgeMs) is refused at once (429/503 with Retry-After) instead of being "
+        "admitted late, and a waiter is shed once it has waited that long; below the top "
+        "class, requests are refused at random from 70 % of it. Unset: maxQueueAgeMs alone.",
     )
 
 

@@ -48,7 +48,7 @@ class ClassPolicy:
     ttft_target: float = 0.0
     """Seconds to first token the class promises; 0 → none beyond ``max_queue_age``."""
     shed_from: float = 0.7
-    """Graded shedding starts at this share of the objective (never for the top class)."""
+    """Graded shedding starts at this share of the patience (never for the top class)."""
 
     @property
     def objective(self) -> float:
