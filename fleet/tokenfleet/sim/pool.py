@@ -149,6 +149,7 @@ class Pool:
             self.ledger.start(req.cls, tenant=tenant, share=share, work=work, now=now)
             self._started(req, now)
         else:
+            assert type(decision) is admission.Enqueue
             self.ledger.enqueue(
                 req,
                 cls=req.cls,
@@ -158,7 +159,7 @@ class Pool:
                 share=share,
                 work=work,
                 cost=admission.work(prompt_tokens=req.input, max_tokens=req.output),
-                patience=self.policies[req.cls].patience(self.ledger.prefill),  # as the gateway
+                patience=decision.patience,  # the core's, fixed now: as the gateway
             )
             self.wake(now)  # its tenant may be the fair choice at once, as in the gateway
 

@@ -106,7 +106,7 @@ class Admitter:
             q.start(cls, tenant=fair.tenant, share=fair.share, work=fair.work, now=now)
             return None
         future: asyncio.Future[Rejected | None] = asyncio.get_running_loop().create_future()
-        patience = policies[cls].patience(q.prefill)
+        patience = decision.patience  # the core's, fixed now: the shell holds the waiter to it
         entry = q.enqueue(
             future,
             cls=cls,

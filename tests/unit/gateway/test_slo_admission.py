@@ -182,6 +182,7 @@ def test_admit_slo(load: PoolLoad, c: str, draw: float, tenant: str, expected: o
     if isinstance(expected, Enqueue):
         assert isinstance(got, Enqueue), got
         assert got.expected_wait == pytest.approx(expected.expected_wait)
+        assert got.patience == pytest.approx(POLICIES[c].patience(load.prefill))  # for the shell
     else:
         assert outcome(got) == expected
 
@@ -258,10 +259,11 @@ def test_waiters_past_their_objective_are_shed() -> None:
 
 
 def test_default_classes_carry_objectives() -> None:
-    got = {c.name: ClassPolicy.of(c).objective for c in Admission().classes}
+    got = {c.name: ClassPolicy.of(c).patience(0.0) for c in Admission().classes}
     assert got == {"critical": 1.0, "interactive": 1.0, "batch": 30.0}
     assert (
-        ClassPolicy.of(AdmissionClass(name="x", priority=1, ttft_target_ms=250)).objective == 0.25
+        ClassPolicy.of(AdmissionClass(name="x", priority=1, ttft_target_ms=250)).patience(0.0)
+        == 0.25
     )
 
 

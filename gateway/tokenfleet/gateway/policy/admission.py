@@ -6,21 +6,21 @@ share of the pool's concurrency that no other class can take (the critical class
 batch traffic floods in).
 
 SLO-aware: a class may promise a time to first token (``ttft_target``; the default pools give
-critical and interactive 1 s). A request whose expected start plus the pool's expected prefill
-would miss that objective, its deadline or its class's maximum queue age is refused at once (a
-fast 429/503 with ``Retry-After``) instead of waiting to fail, and a waiter is shed once its
-first token can no longer come in time (:meth:`ClassPolicy.patience`): an admitted request is one
-that can still meet its objective, so an overload sheds the excess instead of making every
-request late. The expected start is the token *work* queued ahead (prompt plus reserved output,
-:func:`work`), in units of the average request's work, over the requests per second the slots
-sustain: a queue of long prompts counts as longer than one of short ones, and an idle minute
-does not make a pool look slow. Below the top class shedding is graded: as a request's expected
-wait nears the patience it has (its objective less the expected prefill) it is refused with a
-probability rising from 0 at ``shed_from`` × that patience to 1 at it (the caller passes the
-uniform ``draw``), so the cliff becomes a slope and lower classes give way first. Under
-pressure, lower classes starve first and their waiters expire first: that is the shedding
-order. A class may instead accept a degraded ``max_tokens``
-cap under pressure.
+critical and interactive 1 s). A request whose expected wait exceeds its patience — the
+objective less the pool's expected prefill, within a quarter of the objective and the class's
+maximum queue age (:meth:`ClassPolicy.patience`) — or the time to its deadline is refused at
+once (a fast 429/503 with ``Retry-After``) instead of waiting to fail, and a waiter is shed once
+its patience has passed: an admitted request is one that can still meet its objective, so an
+overload sheds the excess instead of making every request late. The expected start is the token
+*work* queued ahead (prompt plus reserved output, :func:`work`), in units of the average
+request's work, over the requests per second the slots sustain: a queue of long prompts counts
+as longer than one of short ones, and an idle minute does not make a pool look slow. Below the
+top class shedding is graded: as a request's expected wait nears the patience it has (its
+objective less the expected prefill) it is refused with a probability rising from 0 at
+``shed_from`` × that patience to 1 at it (the caller passes the uniform ``draw``), so the cliff
+becomes a slope and lower classes give way first. Under pressure, lower classes starve first and
+their waiters expire first: that is the shedding order. A class may instead accept a degraded
+``max_tokens`` cap under pressure.
 """
 
 from __future__ import annotations
@@ -49,11 +49,6 @@ class ClassPolicy:
     """Seconds to first token the class promises; 0 → none beyond ``max_queue_age``."""
     shed_from: float = 0.7
     """Graded shedding starts at this share of the patience (never for the top class)."""
-
-    @property
-    def objective(self) -> float:
-        """The TTFT objective admission holds this class to (seconds)."""
-        return self.ttft_target if self.ttft_target > 0 else self.max_queue_age
 
     def patience(self, prefill: float) -> float:
         """Seconds a waiter may wait when a prefill takes ``prefill`` seconds: its age limit,
@@ -134,9 +129,11 @@ START = Start()  # the common answer, made once (it carries nothing)
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Enqueue:
-    """Wait; ``expected_wait`` seconds is the estimate that admitted it."""
+    """Wait; ``expected_wait`` seconds is the estimate that admitted it, ``patience`` the seconds
+    it may wait before it is shed (:meth:`ClassPolicy.patience` now: the shell holds it to that)."""
 
     expected_wait: float
+    patience: float = dataclasses.field(default=-1.0, compare=False)
 
 
 Decision = Start | Enqueue | Rejected
@@ -223,7 +220,8 @@ def _ahead(
 ) -> tuple[int, float]:
     """Waiters that start before a new request of ``tenant`` — all of the higher classes and
     the other classes of its priority, and in its own class its fair position
-    (:func:`fair_position`) — and their token work in average requests (:func:`_in_requests`)."""
+    (:func:`fair_position`) — and their token work counted in average requests (the queued work
+    over ``load.mean_cost``; their number when that is unknown)."""
     if not load.heads:  # nobody waits anywhere: the common case, on every request
         return 0, 0.0
     priority = policies[cls].priority
@@ -299,9 +297,10 @@ def admit(
             message=f"the {cls} queue of this model is full ({depth} waiting); retry later",
             retry_after=expected or 1.0,
         )
+    patience = policy.patience(load.prefill)
     if expected is None:  # a pool nothing completed on yet: no estimate, the age limit rules
-        return Enqueue(expected_wait=0.0)
-    budget = min(deadline - now, policy.patience(load.prefill))
+        return Enqueue(expected_wait=0.0, patience=patience)
+    budget = min(deadline - now, patience)
     if expected > budget:
         return Rejected(
             reason=Reason.DEADLINE_UNMEETABLE,
@@ -318,7 +317,7 @@ def admit(
             "requests are now)",
             retry_after=max(expected, 0.1),
         )
-    return Enqueue(expected_wait=expected)
+    return Enqueue(expected_wait=expected, patience=patience)
 
 
 def shed_probability(policy: ClassPolicy, *, expected: float, patience: float, top: bool) -> float:

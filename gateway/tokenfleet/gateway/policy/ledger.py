@@ -199,23 +199,12 @@ class Ledger(Generic[T]):
         if completed:
             self.completions += 1
             if held_seconds is not None and held_seconds > 0:
-                previous = self.hold_seconds
-                self.hold_seconds = (
-                    held_seconds
-                    if previous <= 0
-                    else previous + HOLD_WEIGHT * (held_seconds - previous)
-                )
+                self.hold_seconds = _average(self.hold_seconds, held_seconds, HOLD_WEIGHT)
             if cost is not None and cost > 0:
                 # the same weight as the hold time: the two make one average request
-                previous = self.mean_cost
-                self.mean_cost = (
-                    cost if previous <= 0 else previous + HOLD_WEIGHT * (cost - previous)
-                )
+                self.mean_cost = _average(self.mean_cost, cost, HOLD_WEIGHT)
         if prefill is not None and prefill >= 0:
-            previous = self.prefill
-            self.prefill = (
-                prefill if previous <= 0 else previous + SAMPLE_WEIGHT * (prefill - previous)
-            )
+            self.prefill = _average(self.prefill, prefill, SAMPLE_WEIGHT)
 
     def enqueue(
         self,
@@ -351,3 +340,9 @@ class Ledger(Generic[T]):
         if now - self.rate_at >= every:
             self.measure(now - self.rate_at)
             self.rate_at = now
+
+
+def _average(previous: float, sample: float, weight: float) -> float:
+    """An exponentially weighted average of samples; the first sample (``previous`` ≤ 0, none
+    yet) starts it."""
+    return sample if previous <= 0 else previous + weight * (sample - previous)
