@@ -119,6 +119,58 @@ def test_the_monitoring_switch_installs_the_objects_monitoring_renders(helm: Any
     assert not [d for d in only_monitors if d["kind"] == "PrometheusRule"]
 
 
+def pod_labels(docs: list[dict[str, Any]], component: str) -> dict[str, str]:
+    deployment = next(
+        d
+        for d in docs
+        if d["kind"] == "Deployment" and d["metadata"]["name"].endswith(f"-{component}")
+    )
+    labels: dict[str, str] = deployment["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a NetworkPolicy podSelector (matchLabels only, as the chart writes it) picks a
+    pod with these labels."""
+    assert set(selector) == {"matchLabels"}, selector
+    return all(labels.get(k) == v for k, v in selector["matchLabels"].items())
+
+
+@pytest.mark.parametrize(
+    ("values", "port"),
+    [
+        pytest.param([], 6379, id="defaults"),
+        pytest.param(["-f", str(LOCAL)], 16379, id="local"),
+        pytest.param(["--set", "redis.port=7000"], 7000, id="own-port"),
+    ],
+)
+def test_the_redis_network_policy_admits_only_the_gateway_on_the_redis_port(
+    helm: Any, values: list[str], port: int
+) -> None:
+    """The NetworkPolicy guards the Redis pods (and only them), admits the gateway's pods on
+    Redis's port, and nothing else: not the operator, not Redis itself, not any other pod of
+    the namespace. Off with redis.networkPolicy=false, absent with an external Redis."""
+    docs = objects(helm("template", "t", str(CHART), "-n", "tf", *values).stdout)
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    spec = policy["spec"]
+    pods = {c: pod_labels(docs, c) for c in ("redis", "gateway", "operator")}
+    assert [c for c, labels in pods.items() if selects(spec["podSelector"], labels)] == ["redis"]
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    (peer,) = rule["from"]
+    assert set(peer) == {"podSelector"}, "no namespaceSelector or ipBlock widens it"
+    assert [c for c, labels in pods.items() if selects(peer["podSelector"], labels)] == ["gateway"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": port}]
+    (service,) = [
+        d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-redis")
+    ]
+    assert [p["port"] for p in service["spec"]["ports"]] == [port]
+    external = ["--set", "redis.enabled=false", "--set", "redis.external.url=redis://r:6379"]
+    for switch in (["--set", "redis.networkPolicy=false"], external):
+        off = objects(helm("template", "t", str(CHART), "-n", "tf", *values, *switch).stdout)
+        assert not [d for d in off if d["kind"] == "NetworkPolicy"], switch
+
+
 def gateway_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
     deployment = next(
         d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-gateway")
