@@ -5,7 +5,9 @@ operator runs as its own service account (bound to the operator's shipped RBAC),
 write during a hand-over would show as two accounts interleaved. Covered: one acts while the
 other waits; SIGKILL of the leader → the standby takes over within 15 s; a frozen leader
 (SIGSTOP, as a partitioned node) is replaced and, thawed, writes nothing and exits; a deleted
-Lease → its holder stops and a standby takes over; never two acting.
+Lease → its holder stops and a standby takes over; a graceful stop (SIGTERM, what the kubelet
+sends when the leader's pod is deleted or its node drained) releases the Lease and the standby
+takes over within two renewal periods; never two acting.
 """
 
 from __future__ import annotations
@@ -241,6 +243,33 @@ def test_a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes(fleet: Fle
     assert fleet.holder() == "op-c"
 
 
+#: A released Lease is taken at the standby's next look: one renewal period (2 s here), plus
+#: one for its write and the test's poll.
+RELEASED_HANDOVER_LIMIT_SECONDS = 4.0
+
+
+def test_a_gracefully_stopped_leader_releases_the_lease_and_the_standby_takes_it_at_once(
+    fleet: Fleet,
+) -> None:
+    a = fleet.start("op-a")
+    wait_for(
+        "op-a to lead and write",
+        lambda: fleet.holder() == "op-a" and fleet.wrote("op-a"),
+        timeout=60,
+    )
+    fleet.start("op-b")
+    time.sleep(6)  # the standby is up, indexing and waiting
+    assert fleet.holder() == "op-a" and not fleet.wrote("op-b")
+
+    a.send_signal(signal.SIGTERM)
+    took = timed_handover(fleet, "op-b")
+    print(f"\nhand-over after SIGTERM: {took:.1f} s")
+    assert a.wait(timeout=20) == 0, "a graceful stop exits cleanly"
+    assert took < RELEASED_HANDOVER_LIMIT_SECONDS
+    wait_for("op-b to act", lambda: fleet.wrote("op-b"), timeout=15)
+    assert_never_two_acting(fleet)
+
+
 def test_a_deleted_lease_stops_its_holder_and_a_standby_takes_over(fleet: Fleet) -> None:
     c = fleet.start("op-c")
     wait_for(
@@ -255,4 +284,5 @@ def test_a_deleted_lease_stops_its_holder_and_a_standby_takes_over(fleet: Fleet)
     took = timed_handover(fleet, "op-d")
     wait_for("op-d to act", lambda: fleet.wrote("op-d"), timeout=20)
     print(f"\nop-d holds the new Lease {took:.1f} s after op-c stopped")
+    assert took < HANDOVER_LIMIT_SECONDS
     assert_never_two_acting(fleet)
