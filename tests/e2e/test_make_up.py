@@ -1,9 +1,9 @@
 """The README's journey on the whole local platform: `up` starts everything (control plane,
 simulated GPU nodes, operator, Redis, gateway, dev tenant, examples) and prints how to use it;
 the printed gateway and dev key answer the openai SDK; the remote region and the provider
-(host processes in both modes) answer with the keys the stack generated; with the gateway as a
-host process, a ModelRoute whose remote is region-b goes on answering through it while the
-whole example pool is lost, and comes back to the pool after; `down` leaves no process behind.
+(host processes in both modes) answer with the keys the stack generated; a ModelRoute whose
+remote is region-b goes on answering through it while the whole example pool is lost, and comes
+back to the pool after; `down` leaves no process behind.
 
 Twice: as `make up` runs it (a real node, TokenFleet installed from the chart as pods on it) and
 without the real node (operator, Redis and gateway as host processes)."""
@@ -105,8 +105,10 @@ def test_up_serves_the_examples_through_the_gateway_and_down_cleans_up(
         counts = wait_for("the example pool's replicas all ready", settled, timeout=120)
         assert counts["desired"] >= 9
         assert "llama-3.1-8b-instruct" in [m.id for m in client.models.list()]
-        if not real_node:  # a pod cannot reach the host's loopback, where region-b listens
-            a_lost_pool_spills_to_region_b_and_returns(client, info, env)
+        # In both modes: the chart's gateway pod shares the real node's network namespace
+        # (values-local.yaml, hostNetwork), so it reaches region-b on loopback as a host
+        # process does.
+        a_lost_pool_spills_to_region_b_and_returns(client, info, env)
     finally:
         down = devstack("down", "--state-dir", str(state))
     assert down.returncode == 0, down.stdout + down.stderr
