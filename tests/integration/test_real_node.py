@@ -1,8 +1,10 @@
 """The operator's rendered worker pod on a real kubelet node (containerd + runc): the worker-
 simulator image fetches its artifact over the node's pod bridge, verifies it and turns Ready
 through its real exec readiness probe; a tampered artifact leaves a real pod with the verdict in
-its termination message; deletion runs the preStop hook, then SIGTERM. And the TokenFleet image
-runs both servers as non-root on a read-only root filesystem, stopping on SIGTERM.
+its termination message; deletion runs the preStop hook, then SIGTERM. The chart's two operator
+pods hand the Lease over when the leader's process is SIGKILLed (within 15 s) and when its pod
+is deleted (at once). And the TokenFleet image runs both servers as non-root on a read-only root
+filesystem, stopping on SIGTERM.
 
 Needs root (kubelet, containerd, iptables) and the images of tools/images.sh: the module fails,
 never skips, without them. Its own stack (the real node is one per machine), torn down at the
@@ -11,16 +13,19 @@ end — the last test checks that nothing is left behind.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import http.server
 import json
+import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +230,186 @@ def test_tampered_artifact_leaves_the_verdict_in_the_termination_message(
     assert verdict["verified"] is False
     assert verdict["reason"] in ("DigestMismatch", "SignatureInvalid")
     assert not _ready(_pod(real, ns))
+
+
+#: The issue's bound on a hand-over after the leader dies; a released Lease (graceful stop) is
+#: taken at the standby's next look, one renewal period (2 s) later, plus a poll.
+HANDOVER_LIMIT_SECONDS = 15.0
+RELEASED_HANDOVER_LIMIT_SECONDS = 4.0
+
+
+@pytest.fixture
+def two_operators(real: Cluster, ns: str, tmp_path: Path) -> Iterator[str]:
+    """The chart installed into ``ns`` as the chart's defaults run it (two leader-elected
+    operator replicas), on the real node with the local overlay, watching only ``ns``; no gateway
+    and no Redis (not under test). Yields the Lease's name; uninstalled at the end."""
+    env = {**real.env, **{f"HELM_{d}_HOME": str(tmp_path / d) for d in ("CACHE", "CONFIG", "DATA")}}
+    repository, _, tag = _tag("tokenfleet").rpartition(":")
+    chart = REPO / "charts" / "tokenfleet"
+    helm = [str(BIN_DIR / "helm"), "--namespace", ns]
+    values = [
+        "-f", str(chart / "values-local.yaml"),
+        "--set-string", f"image.repository={repository},image.tag={tag}",
+        "--set-string", f"kubernetesService.port={real.info['ports']['apiserver']}",
+        "--set-string", "operator.prometheusUrl=",
+        "--set", f"operator.replicas=2,operator.watchNamespaces={{{ns}}}",
+        # Both replicas share the node's network: neither binds a port (liveness is kopf's HTTP
+        # endpoint, so it goes too); what is under test is the Lease.
+        "--set", "operator.healthPort=0,operator.metricsPort=0",
+        "--set", "gateway.replicas=0,redis.enabled=false",
+        "--set-string", "redis.external.url=redis://127.0.0.1:1",
+    ]  # fmt: skip
+    install = subprocess.run(
+        [*helm, "install", "ha", str(chart), *values],
+        env=env, capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stderr
+    try:
+        yield "ha-tokenfleet-operator"
+    finally:
+        subprocess.run(
+            [*helm, "uninstall", "ha", "--wait", "--timeout", "90s"],
+            env=env, capture_output=True, timeout=120, check=False,
+        )  # fmt: skip
+
+
+def _operator_pods(real: Cluster, ns: str) -> dict[str, dict[str, Any]]:
+    """The chart's operator pods in ns that are Running on the real node, by name."""
+    listed = real.kubectl(
+        "-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=operator", "-o", "json"
+    ).stdout
+    return {
+        pod["metadata"]["name"]: pod
+        for pod in json.loads(listed)["items"]
+        if pod["spec"].get("nodeName") == realnode.NODE_NAME
+        and pod["status"].get("phase") == "Running"
+        and not pod["metadata"].get("deletionTimestamp")
+    }
+
+
+def _lease(real: Cluster, ns: str, lease: str) -> dict[str, Any]:
+    done = real.kubectl("-n", ns, "get", "lease", lease, "-o", "json", check=False)
+    spec: dict[str, Any] = json.loads(done.stdout)["spec"] if done.returncode == 0 else {}
+    return spec
+
+
+def _holder(real: Cluster, ns: str, lease: str) -> str:
+    return str(_lease(real, ns, lease).get("holderIdentity") or "")
+
+
+def _renewed_since(real: Cluster, ns: str, lease: str, moment: float) -> str | None:
+    """The holder, once the Lease has been written (renewed or taken) after ``moment``."""
+    spec = _lease(real, ns, lease)
+    renewed = spec.get("renewTime")
+    if not renewed or not spec.get("holderIdentity"):
+        return None
+    at = datetime.datetime.fromisoformat(renewed.replace("Z", "+00:00")).timestamp()
+    return str(spec["holderIdentity"]) if at > moment else None
+
+
+def _host_pids_of_pod(name: str) -> list[int]:
+    """Host PIDs of the processes whose environment names this pod (POD_NAME, set by the chart)."""
+    marker = f"POD_NAME={name}\0".encode()
+    pids = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker in environ.read_bytes():
+                pids.append(int(environ.parent.name))
+        except OSError:  # gone, or a kernel thread
+            continue
+    return pids
+
+
+def _signal_pod(name: str, signum: signal.Signals) -> None:
+    pids = _host_pids_of_pod(name)
+    assert pids, f"no process of {name} found on the host"
+    for pid in pids:
+        os.kill(pid, signum)
+
+
+def _timed(what: str, predicate: Callable[[], object]) -> tuple[float, Any]:
+    started = time.monotonic()
+    found = wait_for(what, predicate, timeout=30, every=0.1)
+    return time.monotonic() - started, found
+
+
+def _restarted(real: Cluster, ns: str, pod: str, *, times: int) -> bool:
+    """The pod's container restarted by the kubelet at least ``times`` times, and Ready."""
+    found = _operator_pods(real, ns).get(pod)
+    statuses = (found or {}).get("status", {}).get("containerStatuses", [])
+    return bool(statuses) and statuses[0]["restartCount"] >= times and statuses[0]["ready"]
+
+
+ACTING = "is the leader: acting"
+
+
+def test_the_charts_two_operator_pods_hand_over_as_real_pods(
+    real: Cluster, ns: str, two_operators: str
+) -> None:
+    """Two operator pods from the chart on the real kubelet: one holds the Lease and acts, the
+    other waits.
+    - SIGKILL of the leader's process (a crash, the OOM killer): an operator acts again within
+      15 s — the kubelet's restart of the container (same pod, same identity: it renews its own
+      Lease) or the standby, whichever is first.
+    - SIGSTOP of the leader (a frozen or partitioned node: nothing restarts it): the standby takes
+      over within 15 s; thawed, the old leader finds the Lease gone, exits, and the kubelet
+      restarts it as the new standby.
+    - Deleting the leader's pod (a drain: the kubelet's SIGTERM): it releases the Lease and the
+      standby takes it at once; the Deployment brings a new standby."""
+    lease = two_operators
+    pods = wait_for(
+        "two operator pods Running", lambda: len(p := _operator_pods(real, ns)) == 2 and p, 90
+    )
+    leader = wait_for("a leader", lambda: (h := _holder(real, ns, lease)) in pods and h, 60)
+    (standby,) = set(pods) - {leader}
+    wait_for("the leader acting", lambda: ACTING in _pod_logs(real, ns, leader), 30)
+    time.sleep(3)  # the standby is up and waiting
+    assert ACTING not in _pod_logs(real, ns, standby)
+
+    killed_at = time.time()
+    _signal_pod(leader, signal.SIGKILL)
+    took, holder = _timed(
+        "an operator to write the Lease again", lambda: _renewed_since(real, ns, lease, killed_at)
+    )
+    by = "its restarted container" if holder == leader else "the standby"
+    print(f"chart operators: acting again {took:.1f} s after SIGKILL, by {by}")
+    assert took < HANDOVER_LIMIT_SECONDS and holder in pods
+    wait_for(f"{holder} acting", lambda: ACTING in _pod_logs(real, ns, holder), 30)
+    wait_for(f"the kubelet to restart {leader}", lambda: _restarted(real, ns, leader, times=1), 60)
+    leader, standby = holder, (set(pods) - {holder}).pop()
+
+    before = _operator_pods(real, ns)[leader]["status"]["containerStatuses"][0]["restartCount"]
+    _signal_pod(leader, signal.SIGSTOP)
+    try:
+        took, _ = _timed(
+            f"{standby} to take the Lease", lambda: _holder(real, ns, lease) == standby
+        )
+        print(f"chart operators: hand-over {took:.1f} s after SIGSTOP")
+        assert took < HANDOVER_LIMIT_SECONDS
+        wait_for(f"{standby} acting", lambda: ACTING in _pod_logs(real, ns, standby), 30)
+    finally:
+        _signal_pod(leader, signal.SIGCONT)
+    wait_for(
+        f"the thawed {leader} to exit and come back as the standby",
+        lambda: _restarted(real, ns, leader, times=before + 1),
+        timeout=90,
+    )
+    assert _holder(real, ns, lease) == standby, "the thawed leader must not take the Lease back"
+    leader, standby = standby, leader
+
+    time.sleep(3)  # the restarted standby is up and watching the Lease
+    real.kubectl("-n", ns, "delete", "pod", leader, "--wait=false")
+    took, _ = _timed(
+        f"{standby} to take the released Lease", lambda: _holder(real, ns, lease) == standby
+    )
+    print(f"chart operators: hand-over {took:.1f} s after the leader's pod was deleted")
+    assert took < RELEASED_HANDOVER_LIMIT_SECONDS
+    wait_for("a new standby pod", lambda: len(_operator_pods(real, ns)) == 2, timeout=60)
+    assert _holder(real, ns, lease) == standby
+
+
+def _pod_logs(real: Cluster, ns: str, pod: str) -> str:
+    return real.kubectl("-n", ns, "logs", pod, check=False).stdout
 
 
 @pytest.mark.parametrize("server", ["operator", "gateway"])
