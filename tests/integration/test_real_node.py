@@ -35,12 +35,12 @@ from support.cluster import (
     BIN_DIR,
     Cluster,
     namespace,
-    process_pids,
     start_stack,
     stop_stack,
     wait_for,
 )
 from support.operator import running_operator, service_account_kubeconfig
+from support.realnode import host_leftovers
 from tokenfleet.devstack import realnode
 from tokenfleet.signing import keys, verify
 
@@ -65,27 +65,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     finally:
         leftovers = stop_stack(running)
         assert not leftovers, f"processes left behind by the stack: {leftovers}"
-        assert not _host_leftovers(state)
-
-
-def _host_leftovers(state: Path) -> list[str]:
-    """What a real node could leave on the machine: none of it may survive the teardown."""
-    left = [f"process {pid}" for pid in process_pids(str(state / "real-node"))]
-    left += [m for m in Path("/proc/self/mountinfo").read_text().split() if str(state) in m]
-    if realnode.HOSTS_MARKER in Path("/etc/hosts").read_text():
-        left.append("hosts entry")
-    if Path(f"/sys/class/net/{realnode.BRIDGE}").exists():
-        left.append(f"bridge {realnode.BRIDGE}")
-    for table, chains in realnode.KUBELET_CHAINS.items():
-        rules = subprocess.run(
-            ["iptables", "-w", "-t", table, "-S"], capture_output=True, text=True, check=True
-        ).stdout
-        left += [f"{table}/{c}" for c in chains if f"-N {c}" in rules]
-    if list(Path("/sys/fs/cgroup").glob("*/kubepods")):
-        left.append("kubepods cgroups")
-    if (state / "real-node").exists():
-        left.append("state folder")
-    return left
+        assert not host_leftovers(state)
 
 
 @pytest.fixture(scope="module")
