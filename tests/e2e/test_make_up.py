@@ -3,7 +3,8 @@ simulated GPU nodes, operator, Redis, gateway, dev tenant, examples) and prints 
 the printed gateway and dev key answer the openai SDK; the remote region and the provider
 (host processes in both modes) answer with the keys the stack generated; a ModelRoute whose
 remote is region-b goes on answering through it while the whole example pool is lost, and comes
-back to the pool after; `down` leaves no process behind.
+back to the pool after; `down` leaves no process behind, and nothing of the real node (mounts,
+bridge, iptables chains, hosts entry).
 
 Twice: as `make up` runs it (a real node, TokenFleet installed from the chart as pods on it) and
 without the real node (operator, Redis and gateway as host processes)."""
@@ -22,6 +23,7 @@ import openai
 import pytest
 
 from support.cluster import BIN_DIR, REPO, alive, wait_for
+from support.realnode import host_leftovers
 from tokenfleet.devstack import realnode
 
 
@@ -114,6 +116,8 @@ def test_up_serves_the_examples_through_the_gateway_and_down_cleans_up(
     assert down.returncode == 0, down.stdout + down.stderr
     for name, pid in {"stack": info["pid"], **info["children"]}.items():
         assert wait_for(f"{name} to exit", lambda pid=pid: not alive(pid), timeout=30)
+    # Containers, shims, mounts, the bridge, iptables chains, the hosts entry, the node's folder.
+    assert not host_leftovers(state)
 
 
 def a_lost_pool_spills_to_region_b_and_returns(
