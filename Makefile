@@ -136,6 +136,7 @@ $(CLIENTS)/.installed: bench/clients-requirements.txt
 bench: $(VENV)/.installed binaries native $(PEERS)/.installed $(CLIENTS)/.installed
 	$(PY) bench/gateway_overhead.py
 	$(PY) bench/operator_scale.py
+	$(PY) bench/kube_watch.py
 	$(PY) bench/routing.py
 	$(PY) bench/slot_sharing.py
 	$(PY) bench/autoscaling.py
