@@ -158,8 +158,11 @@ def test_verified_worker_turns_ready_through_its_real_probe(
     assert status["containerID"].startswith("containerd://")  # a real container, not kwok's
     assert status["restartCount"] == 0 and status["ready"] is True
     assert pod["status"]["podIP"].startswith(realnode.GATEWAY_IP.rsplit(".", 1)[0] + ".")
-    # The readiness probe is the operator's exec probe, run by the kubelet in the container.
+    # The readiness probe is the operator's exec probe, run by the kubelet in the container;
+    # it runs only once the startup probe (httpGet /health on the pod's bridge IP) has passed.
     assert "exec" in pod["spec"]["containers"][0]["readinessProbe"]
+    assert pod["spec"]["containers"][0]["startupProbe"]["httpGet"]["path"] == "/health"
+    assert status["started"] is True
     # The engine answers on the pod's bridge IP, as the gateway would call it.
     answer = subprocess.run(
         ["python3", "-c", _COMPLETION, pod["status"]["podIP"]],
