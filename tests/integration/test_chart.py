@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from support.cluster import BIN_DIR, REPO, Cluster, wait_for
+from support.helm import Helm, helm_runner
 from tokenfleet.gateway.redis_client import RespClient, RespError
 
 CHART = REPO / "charts" / "tokenfleet"
@@ -39,24 +40,9 @@ CLUSTER_SCOPED = "clusterroles,clusterrolebindings"
 
 
 @pytest.fixture
-def helm(cluster: Cluster, tmp_path: Path) -> Any:
+def helm(cluster: Cluster, tmp_path: Path) -> Helm:
     """Run the built helm against the local cluster, with its state kept in tmp_path."""
-    env = {
-        **cluster.env,
-        "HELM_CACHE_HOME": str(tmp_path / "cache"),
-        "HELM_CONFIG_HOME": str(tmp_path / "config"),
-        "HELM_DATA_HOME": str(tmp_path / "data"),
-    }
-
-    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [str(HELM), *args], env=env, capture_output=True, text=True, timeout=180, check=False
-        )
-        if check and done.returncode != 0:
-            raise AssertionError(f"helm {' '.join(args)} failed: {done.stderr}")
-        return done
-
-    return run
+    return helm_runner(cluster.env, tmp_path)
 
 
 def objects(text: str) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from support.apiserver import AuditedServer, audited_apiserver
-from support.cluster import REPO, Cluster, wait_for
+from support.cluster import REPO, Cluster, timed, wait_for
 from support.objects import POOL_SPEC, manifest
 
 LEASE = "tokenfleet-operator"
@@ -165,9 +165,8 @@ class Fleet:
 
 
 def timed_handover(fleet: Fleet, to: str) -> float:
-    start = time.monotonic()
-    wait_for(f"{to} to hold the Lease", lambda: fleet.holder() == to or None, timeout=30, every=0.1)
-    return time.monotonic() - start
+    took, _ = timed(f"{to} to hold the Lease", lambda: fleet.holder() == to or None)
+    return took
 
 
 def assert_never_two_acting(fleet: Fleet) -> None:
@@ -243,9 +242,11 @@ def test_a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes(fleet: Fle
     assert fleet.holder() == "op-c"
 
 
-#: A released Lease is taken at the standby's next look: one renewal period (2 s here), plus
-#: one for its write and the test's poll.
-RELEASED_HANDOVER_LIMIT_SECONDS = 4.0
+#: A released Lease is taken at the standby's next look (every renew/2 = 1 s here), plus the
+#: leader's shutdown, the write and the test's kubectl poll on a loaded 2-core machine; an
+#: expired one could not be taken before lease - renew deadline = 8 s, so this still tells a
+#: release from an expiry.
+RELEASED_HANDOVER_LIMIT_SECONDS = 7.0
 
 
 def test_a_gracefully_stopped_leader_releases_the_lease_and_the_standby_takes_it_at_once(
@@ -265,6 +266,7 @@ def test_a_gracefully_stopped_leader_releases_the_lease_and_the_standby_takes_it
     took = timed_handover(fleet, "op-b")
     print(f"\nhand-over after SIGTERM: {took:.1f} s")
     assert a.wait(timeout=20) == 0, "a graceful stop exits cleanly"
+    assert "op-a released Lease" in (fleet.folder / "op-a.log").read_text()
     assert took < RELEASED_HANDOVER_LIMIT_SECONDS
     wait_for("op-b to act", lambda: fleet.wrote("op-b"), timeout=15)
     assert_never_two_acting(fleet)
@@ -280,9 +282,13 @@ def test_a_deleted_lease_stops_its_holder_and_a_standby_takes_over(fleet: Fleet)
     fleet.start("op-d")
     time.sleep(3)
     fleet.cluster.kubectl("delete", "lease", LEASE, "-n", fleet.ns)
-    assert c.wait(timeout=20) == 1, "the holder of a deleted Lease must stop"
+    deleted = time.monotonic()
     took = timed_handover(fleet, "op-d")
-    wait_for("op-d to act", lambda: fleet.wrote("op-d"), timeout=20)
-    print(f"\nop-d holds the new Lease {took:.1f} s after op-c stopped")
+    assert c.wait(timeout=20) == 1, "the holder of a deleted Lease must stop"
+    # A Lease that was missing is trusted only lease_seconds (10 s) after its creation, so
+    # op-d acts about 10 s after it holds it: that wait is what keeps op-c's last writes apart.
+    wait_for("op-d to act", lambda: fleet.wrote("op-d"), timeout=30)
+    acting = time.monotonic() - deleted
+    print(f"\nop-d holds the new Lease {took:.1f} s, acts {acting:.1f} s after the deletion")
     assert took < HANDOVER_LIMIT_SECONDS
     assert_never_two_acting(fleet)

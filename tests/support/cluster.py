@@ -41,6 +41,13 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
+def timed(what: str, probe: Callable[[], T | None], timeout: float = 30.0) -> tuple[float, T]:
+    """Seconds until ``probe`` turns truthy (polled every 0.1 s), and what it returned."""
+    started = time.monotonic()
+    found = wait_for(what, probe, timeout=timeout, every=0.1)
+    return time.monotonic() - started, found
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
