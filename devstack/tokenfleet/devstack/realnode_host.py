@@ -246,7 +246,7 @@ class RealNode:
     def _unmount_all(self) -> None:
         root = str(self.files.root)
         for _ in range(3):  # a lazy unmount of a parent can reveal nothing new; bounded anyway
-            mounts = [m for m in _mountpoints() if m == root or m.startswith(root + "/")]
+            mounts = [m for m in mountpoints() if m == root or m.startswith(root + "/")]
             if not mounts:
                 return
             for mount in sorted(mounts, key=len, reverse=True):
@@ -277,7 +277,7 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-def _mountpoints() -> list[str]:
+def mountpoints() -> list[str]:
     """Mount points from /proc/self/mountinfo (field 5), with octal escapes decoded."""
     out = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
