@@ -4,10 +4,12 @@ would reach for: the official `kubernetes` package's `watch.Watch().stream` and 
 The gateway learns every worker pod, tenant and key from watches (tokenfleet.kubeapi): since its
 connection settings come from the official package's loaders (issue 14: exec plugins, client
 certificates, verified TLS), this checks the watch loop itself stayed lean. All three watchers
-run at once, each in its own process, on the same events: N ConfigMaps of about the size of a
-worker pod's JSON (~4 KB) created, labelled, then deleted (3 N events), TLS verified against the
-local API server's CA. Per watcher: CPU per event (its own process, user + system) and how long
-after the last write it saw the last event.
+run at once, each in its own process, TLS verified against the local API server's CA, and start
+the same way: each lists, watches, and reports ready once it has seen a sentinel object created
+after they all started. Then N ConfigMaps of about a worker pod's JSON (~4 KB) are created,
+labelled and deleted (3 N events), and the sentinel deleted: each watcher counts what it saw
+until the sentinel's deletion. Per watcher: the events it saw and its own process's CPU (user +
+system) per event.
 
     .venv/bin/python bench/kube_watch.py [--objects 1000]
 """
@@ -18,24 +20,49 @@ import argparse
 import asyncio
 import json
 import os
+import queue
 import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(os.environ.get("TOKENFLEET_CACHE", Path.home() / ".cache/tokenfleet")) / "bin/current"
-TICKS = os.sysconf("SC_CLK_TCK")
+from _processes import BIN, cpu_seconds, devstack_run, kubectl
+
 NAMESPACE = "watch-bench"
 SELECTOR = "bench=watch"
+SENTINEL = "sentinel"
 #: About a worker pod's JSON as the API server sends it (labels, spec, status): ~4 KB.
 PAYLOAD = "x" * 3500
+#: Longest wait for any watcher's line: a bench must end by itself.
+DEADLINE_SECONDS = 300.0
+WATCHERS = {"tokenfleet": "TokenFleet kubeapi (aiohttp)", "official": "kubernetes package"}
 
 
-# ---- watchers (each runs as `bench/kube_watch.py --watcher NAME --events N`) -----------------
+# ---- the Python watchers (each runs as `bench/kube_watch.py --watcher NAME`) ----------------
+# Protocol on stdout: "ready" once the sentinel's ADDED arrived (CPU counted from there), then
+# one JSON line {"events", "cpu"} at the sentinel's DELETED.
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.events, self.cpu0 = 0, 0.0
+
+    def see(self, kind: str, name: str) -> bool:
+        """Count one event; True once the sentinel is deleted (the run is over)."""
+        if name == SENTINEL:
+            if kind == "ADDED":
+                self.cpu0 = _cpu()
+                print("ready", flush=True)
+                return False
+            if kind == "DELETED":
+                print(json.dumps({"events": self.events, "cpu": _cpu() - self.cpu0}), flush=True)
+                return True
+        if self.cpu0:
+            self.events += 1
+        return False
 
 
 def _cpu() -> float:
@@ -43,63 +70,35 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _report(events: int, cpu: float, last_event_at: float) -> None:
-    print(json.dumps({"events": events, "cpu": cpu, "last": last_event_at}), flush=True)
-
-
-async def _tokenfleet(expected: int) -> None:
+async def _tokenfleet() -> None:
     import aiohttp
 
     from tokenfleet.kubeapi import KubeApi
 
+    counter = Counter()
     async with aiohttp.ClientSession() as session:
         api = KubeApi.from_kubeconfig(None, session)
         path = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
-        seen, cpu0 = 0, 0.0
-        async for kind, _obj in api.list_watch(path, selector=SELECTOR):
-            if kind == "SYNCED" and seen == 0:
-                cpu0 = _cpu()
-                print("ready", flush=True)
-            elif kind in ("ADDED", "MODIFIED", "DELETED") and cpu0:
-                seen += 1
-                if seen == expected:
-                    return _report(seen, _cpu() - cpu0, time.time())
+        async for kind, obj in api.list_watch(path, selector=SELECTOR):
+            if kind != "SYNCED" and counter.see(kind, obj["metadata"]["name"]):
+                return
 
 
-def _official(expected: int) -> None:
+def _official() -> None:
     import kubernetes
 
     kubernetes.config.load_kube_config()
     core = kubernetes.client.CoreV1Api()
-    listed = core.list_namespaced_config_map(NAMESPACE, label_selector=SELECTOR)
-    version = listed.metadata.resource_version
-    cpu0 = _cpu()
-    print("ready", flush=True)
+    counter = Counter()
     stream = kubernetes.watch.Watch().stream(
-        core.list_namespaced_config_map,
-        NAMESPACE,
-        label_selector=SELECTOR,
-        resource_version=version,
-        timeout_seconds=600,
+        core.list_namespaced_config_map, NAMESPACE, label_selector=SELECTOR, timeout_seconds=600
     )
-    for seen, _event in enumerate(stream, start=1):
-        if seen == expected:
-            return _report(seen, _cpu() - cpu0, time.time())
+    for event in stream:
+        if counter.see(event["type"], event["object"].metadata.name):
+            return
 
 
 # ---- the run -------------------------------------------------------------------------------
-
-
-def kubectl(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
-    return subprocess.run(
-        [str(BIN / "kubectl"), *args], input=stdin, capture_output=True, text=True, env=env,
-        check=True, timeout=600,
-    ).stdout  # fmt: skip
-
-
-def cpu_of(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def objects(n: int) -> str:
@@ -115,68 +114,78 @@ def objects(n: int) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
 
 
-def start_stack(state: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
-    stack = subprocess.Popen(
-        [
-            sys.executable, "-m", "tokenfleet.devstack", "run", "--state-dir", str(state),
-            "--bin-dir", str(BIN), "--ports", "auto", "--pod-octet", "auto", "--no-real-node",
-            "--die-with-parent",
-        ],
-        stdout=(state / "stack.log").open("wb"), stderr=subprocess.STDOUT, cwd=REPO,
-    )  # fmt: skip
-    while not (state / "stack.json").exists():
-        if stack.poll() is not None:
-            raise SystemExit((state / "stack.log").read_text()[-2000:])
-        time.sleep(0.5)
-    return stack, json.loads((state / "stack.json").read_text())
+class Lines:
+    """A process's stdout lines, read by a thread, taken with a deadline (the bench never
+    hangs on a watcher that stopped talking)."""
+
+    def __init__(self, process: subprocess.Popen[str], who: str) -> None:
+        self.who, self._lines = who, queue.Queue[str]()
+        assert process.stdout is not None
+        stdout = process.stdout
+        threading.Thread(target=lambda: [self._lines.put(x) for x in stdout], daemon=True).start()
+
+    def next(self, deadline: float) -> str:
+        try:
+            return self._lines.get(timeout=max(0.0, deadline - time.monotonic())).strip()
+        except queue.Empty:
+            raise SystemExit(f"{self.who}: no line within {DEADLINE_SECONDS:.0f} s") from None
 
 
-def run(n: int, env: dict[str, str]) -> dict[str, dict[str, float]]:
-    expected = 3 * n
+def run(n: int, env: dict[str, str]) -> dict[str, tuple[int, float]]:
+    """Watcher label -> (events seen between the sentinel's creation and deletion, CPU s)."""
     me = [sys.executable, str(Path(__file__).resolve())]
-    watchers = {
-        name: subprocess.Popen(
-            [*me, "--watcher", name, "--events", str(expected)],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for name in ("tokenfleet", "official")
+    started: dict[str, subprocess.Popen[str]] = {
+        name: subprocess.Popen([*me, "--watcher", name], stdout=subprocess.PIPE, text=True, env=env)
+        for name in WATCHERS
     }
-    watch = subprocess.Popen(
+    # kubectl prints one "TYPE name" line per event (its own formatting is part of its cost).
+    started["kubectl"] = subprocess.Popen(
         [
-            str(BIN / "kubectl"), "get", "configmaps", "-n", NAMESPACE, "-l", SELECTOR,
-            "--watch-only", "-o", "jsonpath={.metadata.name}{\"\\n\"}",
+            str(BIN / "kubectl"), "get", "configmaps", "-n", NAMESPACE, "-l", SELECTOR, "--watch",
+            "--output-watch-events", "-o", 'jsonpath={.type} {.object.metadata.name}{"\\n"}',
         ],
         stdout=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
-    for process in watchers.values():
-        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
-    time.sleep(2)  # kubectl lists then watches: let it settle (its start-up is not counted)
-    kubectl_cpu0 = cpu_of(watch.pid)
-    print(f"writing {n} ConfigMaps, labelling them, deleting them ({expected} events) ...")
-    started = time.time()
-    kubectl(env, "create", "-n", NAMESPACE, "-f", "-", stdin=objects(n))
-    kubectl(env, "label", "configmaps", "-n", NAMESPACE, "-l", SELECTOR, "round=2")
-    kubectl(env, "delete", "configmaps", "-n", NAMESPACE, "-l", SELECTOR, "--wait=false")
-    written = time.time()
-    results: dict[str, dict[str, float]] = {}
-    assert watch.stdout is not None
-    for seen, _line in enumerate(watch.stdout, start=1):
-        if seen == expected:
-            results["kubectl get -w (Go)"] = {
-                "events": seen, "cpu": cpu_of(watch.pid) - kubectl_cpu0, "last": time.time()
-            }  # fmt: skip
-            break
-    watch.kill()
-    for name, process in watchers.items():
-        out, _ = process.communicate(timeout=300)
-        label = {"tokenfleet": "TokenFleet kubeapi (aiohttp)", "official": "kubernetes package"}
-        results[label[name]] = json.loads(out.strip().splitlines()[-1])
-    for figures in results.values():
-        figures["lag"] = figures["last"] - written
-    print(f"(writes took {written - started:.1f} s)")
-    return results
+    lines = {name: Lines(process, name) for name, process in started.items()}
+    try:
+        # A watcher that starts late still sees the sentinel (its first list holds it as ADDED),
+        # so every watcher is ready, whenever it started, before the first write.
+        sentinel = {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": SENTINEL, "labels": {"bench": "watch"}}}  # fmt: skip
+        kubectl(env, "create", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(sentinel))
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        for name in WATCHERS:
+            while lines[name].next(deadline) != "ready":
+                pass
+        while lines["kubectl"].next(deadline) != f"ADDED {SENTINEL}":
+            pass
+        kubectl_cpu0 = cpu_seconds(started["kubectl"].pid)
+        print(f"writing {n} ConfigMaps, labelling them, deleting them ({3 * n} events) ...")
+        began = time.monotonic()
+        others = f"--field-selector=metadata.name!={SENTINEL}"
+        kubectl(env, "create", "-n", NAMESPACE, "-f", "-", stdin=objects(n))
+        kubectl(env, "label", "configmaps", "-n", NAMESPACE, "-l", SELECTOR, others, "round=2")
+        kubectl(
+            env, "delete", "configmaps", "-n", NAMESPACE, "-l", SELECTOR, others, "--wait=false"
+        )
+        kubectl(env, "delete", "configmap", "-n", NAMESPACE, SENTINEL, "--wait=false")
+        print(f"(writes took {time.monotonic() - began:.1f} s)")
+        kubectl_events = 0
+        while lines["kubectl"].next(deadline) != f"DELETED {SENTINEL}":
+            kubectl_events += 1
+        results = {
+            "kubectl get -w (Go)": (
+                kubectl_events, cpu_seconds(started["kubectl"].pid) - kubectl_cpu0
+            )
+        }  # fmt: skip
+        for name, label in WATCHERS.items():
+            figures = json.loads(lines[name].next(deadline))
+            results[label] = (int(figures["events"]), float(figures["cpu"]))
+        return results
+    finally:
+        for process in started.values():
+            process.kill()
+            process.wait(timeout=30)
 
 
 def main() -> int:
@@ -184,18 +193,17 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--objects", type=int, default=1000)
-    parser.add_argument("--watcher", choices=["tokenfleet", "official"], help=argparse.SUPPRESS)
-    parser.add_argument("--events", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--watcher", choices=list(WATCHERS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.watcher == "tokenfleet":
-        asyncio.run(_tokenfleet(args.events))
+        asyncio.run(_tokenfleet())
         return 0
     if args.watcher == "official":
-        _official(args.events)
+        _official()
         return 0
     state = Path(tempfile.mkdtemp(prefix="tf-watch-bench-"))
     print(f"starting a control plane in {state} ...", flush=True)
-    stack, info = start_stack(state)
+    stack, info = devstack_run(state, "--no-real-node")
     try:
         env = {**os.environ, "KUBECONFIG": info["kubeconfig"]}
         kubectl(env, "create", "namespace", NAMESPACE)
@@ -203,12 +211,9 @@ def main() -> int:
     finally:
         stack.terminate()
         stack.wait(timeout=60)
-    # Behind: from the last write command's return to the watcher's last event (0 when the
-    # event came before the command returned: the watcher kept up).
-    print(f"\n{'watcher':<32} {'events':>7} {'CPU µs/event':>13} {'behind the writes':>18}")
-    for name, r in sorted(results.items(), key=lambda item: item[1]["cpu"]):
-        per_event = 1e6 * r["cpu"] / r["events"]
-        print(f"{name:<32} {int(r['events']):>7} {per_event:>13.0f} {max(r['lag'], 0):>16.2f} s")
+    print(f"\n{'watcher':<32} {'events seen':>12} {'CPU µs/event':>13}   (of {3 * args.objects})")
+    for name, (events, cpu) in sorted(results.items(), key=lambda item: item[1][1]):
+        print(f"{name:<32} {events:>12} {1e6 * cpu / max(events, 1):>13.0f}")
     print(f"\ncommand: .venv/bin/python bench/kube_watch.py --objects {args.objects}")
     return 0
 

@@ -13,30 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+from _processes import cpu_seconds, devstack_run, kubectl
 
 REPO = Path(__file__).resolve().parents[1]
-BIN = Path(os.environ.get("TOKENFLEET_CACHE", Path.home() / ".cache/tokenfleet")) / "bin/current"
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def kubectl(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
-    done = subprocess.run(
-        [str(BIN / "kubectl"), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
-    return done.stdout
 
 
 #: Example 02's signed tiny artifact: the node agent verifies every worker's artifact before
@@ -116,11 +101,6 @@ def wait(label: str, probe: Any, target: int, timeout: float = 600) -> float:
     raise SystemExit(f"{label} did not reach {target} in {timeout:.0f} s")
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -141,35 +121,8 @@ def main() -> int:
     per_zone = -(-total // (2 * 8))
     state = Path(tempfile.mkdtemp(prefix="tf-bench-"))
     print(f"starting a stack ({3 * per_zone} simulated nodes x 8 GPUs) in {state} ...", flush=True)
-    stack = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tokenfleet.devstack",
-            "run",
-            "--state-dir",
-            str(state),
-            "--bin-dir",
-            str(BIN),
-            "--ports",
-            "auto",
-            "--pod-octet",
-            "auto",
-            "--nodes-per-zone",
-            str(per_zone),
-            "--operator",
-            "--die-with-parent",
-        ],
-        stdout=(state / "stack.log").open("wb"),
-        stderr=subprocess.STDOUT,
-        cwd=REPO,
-    )
+    stack, info = devstack_run(state, "--nodes-per-zone", str(per_zone), "--operator")
     try:
-        while not (state / "stack.json").exists():
-            if stack.poll() is not None:
-                raise SystemExit((state / "stack.log").read_text()[-2000:])
-            time.sleep(0.5)
-        info = json.loads((state / "stack.json").read_text())
         env = {**os.environ, "KUBECONFIG": info["kubeconfig"]}
         operator_pid = info["children"]["tokenfleet-operator"]
         kubectl(env, "create", "namespace", "bench")
