@@ -156,6 +156,23 @@ class Fleet:
     def wrote(self, account: str) -> bool:
         return any(who == account for _, who in self.writers())
 
+    def leader_and_standby(
+        self, leader: str, standby: str, *, settle: float = 6.0
+    ) -> subprocess.Popen[bytes]:
+        """``leader`` holding the Lease and writing, then ``standby`` started and given
+        ``settle`` seconds to index and wait, having written nothing; the leader's process."""
+        process = self.start(leader)
+        wait_for(
+            f"{leader} to lead and write",
+            lambda: self.holder() == leader and self.wrote(leader),
+            timeout=60,
+        )
+        self.start(standby)
+        time.sleep(settle)
+        assert not self.wrote(standby), f"{standby} wrote while {leader} held the Lease"
+        assert self.holder() == leader
+        return process
+
     def stop(self) -> None:
         for process in self.processes.values():
             if process.poll() is None:
@@ -202,17 +219,7 @@ def fleet(cluster: Cluster, audited: AuditedServer, ns: str, tmp_path: Path) -> 
 
 
 def test_one_acts_the_other_waits_and_takes_over_when_the_leader_dies(fleet: Fleet) -> None:
-    a = fleet.start("op-a")
-    wait_for(
-        "op-a to lead and write",
-        lambda: fleet.holder() == "op-a" and fleet.wrote("op-a"),
-        timeout=60,
-    )
-    fleet.start("op-b")
-    time.sleep(6)  # the standby is up, indexing and waiting
-    assert not fleet.wrote("op-b"), "the standby wrote while the leader held the Lease"
-    assert fleet.holder() == "op-a"
-
+    a = fleet.leader_and_standby("op-a", "op-b")
     a.send_signal(signal.SIGKILL)
     took = timed_handover(fleet, "op-b")
     print(f"\nhand-over after SIGKILL: {took:.1f} s")
@@ -222,14 +229,7 @@ def test_one_acts_the_other_waits_and_takes_over_when_the_leader_dies(fleet: Fle
 
 
 def test_a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes(fleet: Fleet) -> None:
-    b = fleet.start("op-b")
-    wait_for(
-        "op-b to lead and write",
-        lambda: fleet.holder() == "op-b" and fleet.wrote("op-b"),
-        timeout=60,
-    )
-    fleet.start("op-c")
-    time.sleep(3)
+    b = fleet.leader_and_standby("op-b", "op-c", settle=3.0)
     b.send_signal(signal.SIGSTOP)  # a partitioned node: alive, but silent
     took = timed_handover(fleet, "op-c")
     print(f"\nhand-over after SIGSTOP: {took:.1f} s")
@@ -252,16 +252,7 @@ RELEASED_HANDOVER_LIMIT_SECONDS = 7.0
 def test_a_gracefully_stopped_leader_releases_the_lease_and_the_standby_takes_it_at_once(
     fleet: Fleet,
 ) -> None:
-    a = fleet.start("op-a")
-    wait_for(
-        "op-a to lead and write",
-        lambda: fleet.holder() == "op-a" and fleet.wrote("op-a"),
-        timeout=60,
-    )
-    fleet.start("op-b")
-    time.sleep(6)  # the standby is up, indexing and waiting
-    assert fleet.holder() == "op-a" and not fleet.wrote("op-b")
-
+    a = fleet.leader_and_standby("op-a", "op-b")
     a.send_signal(signal.SIGTERM)
     took = timed_handover(fleet, "op-b")
     print(f"\nhand-over after SIGTERM: {took:.1f} s")
@@ -273,14 +264,7 @@ def test_a_gracefully_stopped_leader_releases_the_lease_and_the_standby_takes_it
 
 
 def test_a_deleted_lease_stops_its_holder_and_a_standby_takes_over(fleet: Fleet) -> None:
-    c = fleet.start("op-c")
-    wait_for(
-        "op-c to lead and write",
-        lambda: fleet.holder() == "op-c" and fleet.wrote("op-c"),
-        timeout=60,
-    )
-    fleet.start("op-d")
-    time.sleep(3)
+    c = fleet.leader_and_standby("op-c", "op-d", settle=3.0)
     fleet.cluster.kubectl("delete", "lease", LEASE, "-n", fleet.ns)
     deleted = time.monotonic()
     took = timed_handover(fleet, "op-d")
