@@ -2,9 +2,9 @@
 simulator image fetches its artifact over the node's pod bridge, verifies it and turns Ready
 through its real exec readiness probe; a tampered artifact leaves a real pod with the verdict in
 its termination message; deletion runs the preStop hook, then SIGTERM. The chart's two operator
-pods hand the Lease over when the leader's process is SIGKILLed (within 15 s) and when its pod
-is deleted (at once). And the TokenFleet image runs both servers as non-root on a read-only root
-filesystem, stopping on SIGTERM.
+pods hand the Lease over when the leader's process is SIGKILLed or frozen (within 15 s) and
+when its pod is deleted (at once). And the TokenFleet image runs both servers as non-root on a
+read-only root filesystem, stopping on SIGTERM.
 
 Needs root (kubelet, containerd, iptables) and the images of tools/images.sh: the module fails,
 never skips, without them. Its own stack (the real node is one per machine), torn down at the
