@@ -2,12 +2,14 @@
 
 Matrix: committed renderings current (like crds/); the relabel rules are written once and read
 the pod labels tokenfleet.api.labels names; PodMonitors and plain scrape_configs carry the same
-rules; the local stack's config runs the same jobs with only its discovery added; a host
-process's stand-in Pod is selected by exactly its job.
+rules; the local stack's config runs the same jobs with only its discovery added, and scrapes
+the real node's host-network pods on loopback; a host process's stand-in Pod is selected by
+exactly its job; the operator's job names are the shipped ones.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import yaml
 
 from tokenfleet.api import labels
 from tokenfleet.devstack import monitoring, prometheus
+from tokenfleet.signals import jobs
 
 REPO = Path(__file__).resolve().parents[2]
 FOLDER = REPO / "monitoring"
@@ -141,3 +144,58 @@ def test_host_process_pod_is_selected_by_its_job_only(name: str) -> None:
     (container,) = pod["spec"]["containers"]
     assert container["ports"] == [{"name": job(name)["port"], "containerPort": 18080}]
     assert pod["spec"]["hostNetwork"] is True
+
+
+def relabel(rules: list[dict[str, Any]], meta: dict[str, str]) -> dict[str, str]:
+    """Prometheus' ``replace`` relabelling (the default action), as its docs define it: the
+    source labels joined by ``;``, the regex anchored at both ends, ``$1`` substituted, an
+    empty result removing the target label."""
+    out = dict(meta)
+    for rule in rules:
+        assert rule.get("action", "replace") == "replace"
+        value = ";".join(out.get(s, "") for s in rule["source_labels"])
+        match = re.fullmatch(rule.get("regex", "(.*)"), value)
+        if match is None:
+            continue
+        result = match.expand(re.sub(r"\$(\d+)", r"\\\1", rule["replacement"]))
+        if result:
+            out[rule["target_label"]] = result
+        else:
+            out.pop(rule["target_label"], None)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("node", "ip", "address"),
+    [
+        pytest.param("real", "192.0.2.7", "127.0.0.1:8080", id="host-network-pod-on-real-node"),
+        pytest.param("real", "10.250.0.12", "10.250.0.12:8080", id="bridge-pod-on-real-node"),
+        pytest.param("gpu-zone-a-0", "127.1.0.5", "127.1.0.5:8080", id="simulated-node-pod"),
+        pytest.param("gpu-zone-a-0", "192.0.2.7", "192.0.2.7:8080", id="other-node-untouched"),
+    ],
+)
+def test_host_network_pods_of_the_real_node_are_scraped_on_loopback(
+    node: str, ip: str, address: str
+) -> None:
+    """Nothing may dial the machine's own address, which a host-network pod's IP on the real
+    node is; the same pod's port is reachable on loopback."""
+    rules = prometheus.loopback_relabelings(node="real", bridge_prefix="10.250.0.")
+    meta = {
+        "__address__": f"{ip}:8080",
+        "__meta_kubernetes_pod_node_name": node,
+        "__meta_kubernetes_pod_ip": ip,
+        "__meta_kubernetes_pod_container_port_number": "8080",
+    }
+    assert relabel(rules, meta)["__address__"] == address
+
+
+def test_the_local_config_puts_the_loopback_rules_first_in_every_job(tmp_path: Path) -> None:
+    rules = prometheus.loopback_relabelings(node="real", bridge_prefix="10.250.0.")
+    local = yaml.safe_load(prometheus.config(kubeconfig=tmp_path / "k", loopback=rules))
+    for scrape in local["scrape_configs"]:
+        assert scrape["relabel_configs"][: len(rules)] == rules
+
+
+def test_the_operators_job_names_are_the_shipped_jobs() -> None:
+    """tokenfleet.signals.jobs names the jobs the operator diagnoses missing signals by."""
+    assert set(jobs.ALL) == {j["job"] for j in SOURCE["jobs"]}

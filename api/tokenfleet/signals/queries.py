@@ -35,6 +35,12 @@ def waiting(namespace: str, pool: str) -> str:
     return _either("sum", vllm.WAITING, _selector(namespace, pool))
 
 
+def unlabelled_engines() -> str:
+    """Engine series without a ``pool`` label: workers scraped by some other job than the
+    shipped one, whose series no pool's query can select."""
+    return " or ".join(f'count({name}{{pool=""}})' for name in vllm.RUNNING)
+
+
 def running(namespace: str, pool: str) -> str:
     return _either("sum", vllm.RUNNING, _selector(namespace, pool))
 

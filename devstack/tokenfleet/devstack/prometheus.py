@@ -20,12 +20,19 @@ What the local stack needs that a cluster would not — all of it here:
   :data:`LOCAL_PROCESS`; no kubelet runs them.
 - **Prometheus itself** comes from tools/build.sh (Go modules, Kubernetes discovery only):
   Debian's ``prometheus`` package has ``kubernetes_sd_configs`` patched out.
+- **The real node's host-network pods on loopback.** A ``hostNetwork`` pod's IP is its node's
+  InternalIP, and the kubelet of the real node takes the machine's own interface address for
+  it (it refuses a loopback node IP). Nothing of ours may dial that address, so for pods on the
+  real node that are not on its bridge (:func:`loopback_relabelings`) the target becomes
+  ``127.0.0.1:<port>``: the same socket, reached on loopback. Bridge pods (the real workers)
+  keep their bridge address; a real cluster's PodMonitors stay as they are.
 - **A 1 s scrape and evaluation interval**, so tests see a change within seconds (the shipped
   jobs inherit the installation's interval, usually 15–30 s).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +56,53 @@ def rules() -> str:
     return yaml.safe_dump({"groups": groups}, sort_keys=False)
 
 
-def config(*, kubeconfig: Path, rule_files: list[Path] | None = None) -> str:
+#: Set on a target while relabelling when it must be scraped on loopback (``__tmp_`` labels are
+#: dropped once relabelling ends).
+_ON_LOOPBACK = "__tmp_tokenfleet_host_network"
+
+
+def loopback_relabelings(*, node: str, bridge_prefix: str) -> list[dict[str, Any]]:
+    """Relabel rules that send a scrape of a host-network pod on ``node`` to 127.0.0.1 and the
+    pod's port: a pod there whose IP does not start with ``bridge_prefix`` (e.g. ``10.250.0.``)
+    shares the host's network, so its IP is the machine's own interface address.
+
+    Prometheus' RE2 has no negative look-ahead, hence three steps: mark the node's pods, unmark
+    those on the bridge, rewrite the address of what stays marked."""
+    bridge = re.escape(bridge_prefix) + r"\d+"
+    return [
+        {
+            "source_labels": ["__meta_kubernetes_pod_node_name"],
+            "regex": re.escape(node),
+            "target_label": _ON_LOOPBACK,
+            "replacement": "1",
+        },
+        {
+            "source_labels": ["__meta_kubernetes_pod_ip"],
+            "regex": bridge,
+            "target_label": _ON_LOOPBACK,
+            "replacement": "",
+        },
+        {
+            "source_labels": [_ON_LOOPBACK, "__meta_kubernetes_pod_container_port_number"],
+            "regex": r"1;(\d+)",
+            "target_label": "__address__",
+            "replacement": "127.0.0.1:$1",
+        },
+    ]
+
+
+def config(
+    *,
+    kubeconfig: Path,
+    rule_files: list[Path] | None = None,
+    loopback: list[dict[str, Any]] | None = None,
+) -> str:
     """prometheus.yml: the shipped jobs, discovering through the local API server, and the
-    shipped rules (evaluated every second here)."""
+    shipped rules (evaluated every second here). ``loopback`` (:func:`loopback_relabelings`)
+    goes first in every job, before the shipped rules read the address."""
     jobs = monitoring.scrape_configs(scrape_source(), sd={"kubeconfig_file": str(kubeconfig)})
+    for job in jobs:
+        job["relabel_configs"] = [*(loopback or []), *job["relabel_configs"]]
     doc = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "900ms", "evaluation_interval": "1s"},
         "rule_files": [str(p) for p in rule_files or []],

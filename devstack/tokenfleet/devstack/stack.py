@@ -389,7 +389,16 @@ class Stack:
         rules = folder / "rules.yaml"
         rules.write_text(prometheus.rules())
         config = folder / "prometheus.yml"
-        config.write_text(prometheus.config(kubeconfig=self.files.kubeconfig, rule_files=[rules]))
+        # Always: the real node's host-network pods (the chart's operator, gateway, Redis) are
+        # scraped on loopback, never at the machine's own address their pod IP names.
+        loopback = prometheus.loopback_relabelings(
+            node=realnode.NODE_NAME, bridge_prefix=realnode.SUBNET.rsplit(".", 1)[0] + "."
+        )
+        config.write_text(
+            prometheus.config(
+                kubeconfig=self.files.kubeconfig, rule_files=[rules], loopback=loopback
+            )
+        )
         argv = prometheus.argv(
             bin_dir=self.options.bin_dir,
             config_file=config,

@@ -28,6 +28,11 @@ class OperatorConfig:
     """Where the operator serves its own /metrics (fleet state per pool and model, for the
     shipped PodMonitor's ``metrics`` port); 0: not served."""
 
+    metrics_host: str = ""
+    """The address /metrics listens on; empty: every address (a pod's own network). A
+    host-network pod on the local platform listens on 127.0.0.1, where its Prometheus scrapes
+    it: nothing there may dial the machine's own interface address."""
+
     gateway_namespace: str = "tokenfleet-system"
     """The namespace the gateway runs in, where ModelRoutes' remote key Secrets must be (their
     RemotesReady condition). The chart sets it to the release namespace from the downward API;
@@ -42,5 +47,6 @@ class OperatorConfig:
                 os.environ.get("TOKENFLEET_ANALYSIS_WINDOW_SECONDS", "60")
             ),
             metrics_port=int(os.environ.get("TOKENFLEET_METRICS_PORT", "0")),
+            metrics_host=os.environ.get("TOKENFLEET_METRICS_HOST", ""),
             gateway_namespace=os.environ.get("TOKENFLEET_GATEWAY_NAMESPACE") or "tokenfleet-system",
         )

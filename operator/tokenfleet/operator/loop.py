@@ -44,8 +44,9 @@ from tokenfleet.operator.plan import (
     tenant_status,
 )
 from tokenfleet.operator.plan.reporting import Event
-from tokenfleet.operator.policy import analysis, deletion_cost, rollout, scaling
+from tokenfleet.operator.policy import analysis, deletion_cost, rollout, scaling, signal_health
 from tokenfleet.operator.signals_source import PrometheusSignals
+from tokenfleet.signals import jobs
 
 log = logging.getLogger("tokenfleet.operator")
 
@@ -352,7 +353,7 @@ class Reconciler:
             await self._invalid(body, exc, now)
             return
         old = _status_of(InferencePoolStatus, body)
-        demand, autoscaling, metrics_ok = await self._autoscale(
+        demand, autoscaling, metrics_ok, missing = await self._autoscale(
             body, spec, model, old=old.autoscaling if old else None, now=now
         )
         decided = pools.plan_pool(
@@ -375,6 +376,7 @@ class Reconciler:
                 ),
                 autoscaling=autoscaling,
                 metrics_ok=metrics_ok,
+                metrics_missing=missing,
                 model_status=_status_of(ModelDeploymentStatus, model_body),
             )
         )
@@ -414,10 +416,11 @@ class Reconciler:
         *,
         old: AutoscalingStatus | None,
         now: datetime.datetime,
-    ) -> tuple[int, AutoscalingStatus | None, bool | None]:
-        """Demand for the pool from its signals: (replicas, status block, metrics fresh?)."""
+    ) -> tuple[int, AutoscalingStatus | None, bool | None, tuple[signal_health.Missing, ...]]:
+        """Demand for the pool from its signals: (replicas, status block, metrics fresh?, the
+        configured signals without data and why)."""
         if self.signals is None or model is None:
-            return 0, None, None
+            return 0, None, None, ()
         meta = body["metadata"]
         ns, name = meta["namespace"], meta["name"]
         state = self.scaling.get(meta["uid"]) or scaling.State(
@@ -434,8 +437,9 @@ class Reconciler:
         starting = observed.starting(
             pods, revision, now=now, within=spec.autoscaling.readiness_delay_seconds
         )
+        policy = scaling.Policy.of(spec.autoscaling, spec.replicas)
         decision = scaling.decide(
-            policy=scaling.Policy.of(spec.autoscaling, spec.replicas),
+            policy=policy,
             signals=signals,
             state=state,
             ready=ready,
@@ -444,7 +448,36 @@ class Reconciler:
         )
         self.scaling[meta["uid"]] = decision.state
         block = autoscaling_status.autoscaling_status(decision, old=old, now=now)
-        return decision.replicas, block, decision.why != scaling.Why.METRICS_UNAVAILABLE
+        missing = await self._missing_signals(ns, name, policy, signals, ready)
+        fresh = decision.why != scaling.Why.METRICS_UNAVAILABLE
+        return decision.replicas, block, fresh, missing
+
+    async def _missing_signals(
+        self, ns: str, pool: str, policy: scaling.Policy, signals: scaling.Signals, ready: int
+    ) -> tuple[signal_health.Missing, ...]:
+        """The pool's configured signals without a series, explained by their scrape jobs'
+        targets (asked only when some series is absent: one more request then)."""
+        assert self.signals is not None
+        scraped = signal_health.JobHealth(up=1)
+        suspects = signal_health.missing(
+            policy=policy, signals=signals, namespace=ns, pool=pool, ready=ready, targets={}
+        )
+        if not suspects:
+            return ()
+        targets = await asyncio.to_thread(self.signals.targets)
+        if targets is None:
+            # Prometheus answered the queries but not this: assume it scrapes; say less
+            targets = {jobs.GATEWAY: scraped, jobs.WORKERS: scraped}
+        unlabelled = await asyncio.to_thread(self.signals.unlabelled_engines)
+        return signal_health.missing(
+            policy=policy,
+            signals=signals,
+            namespace=ns,
+            pool=pool,
+            ready=ready,
+            targets=targets,
+            unlabelled_engines=unlabelled,
+        )
 
     async def _report_model(
         self, body: dict[str, Any], owners: dict[tuple[str, str], str], now: datetime.datetime

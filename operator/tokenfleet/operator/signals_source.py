@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests.exceptions import RequestException
@@ -20,7 +21,8 @@ from urllib3.util.retry import Retry
 
 from tokenfleet.operator.policy.analysis import Sample
 from tokenfleet.operator.policy.scaling import Signals
-from tokenfleet.signals import queries
+from tokenfleet.operator.policy.signal_health import JobHealth
+from tokenfleet.signals import jobs, queries
 
 log = logging.getLogger("tokenfleet.operator.signals")
 TIMEOUT_SECONDS = 2  # whole seconds: Prometheus rejects "2.0s"
@@ -32,6 +34,9 @@ class PrometheusSignals:
         # No retries: the loop reads again next interval, and retrying a Prometheus that hangs
         # would only delay the stale verdict (three timed-out attempts took 18 s).
         self._prom = PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0))
+        # the targets API, which the client does not wrap (same TLS choice as the client's)
+        self._http = requests.Session()
+        self._http.verify = False
 
     def _value(self, query: str) -> float | None:
         # the server-side timeout bounds evaluation; the client one a Prometheus that hangs
@@ -60,6 +65,41 @@ class PrometheusSignals:
         except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
             log.warning("prometheus at %s unreadable for %s/%s: %s", self.url, namespace, pool, exc)
             return Signals(stale=True)
+
+    def targets(self) -> dict[str, JobHealth] | None:
+        """TokenFleet's scrape jobs → their targets up and down, with a down target's last
+        error (Prometheus' /api/v1/targets); None when Prometheus did not answer."""
+        try:
+            resp = self._http.get(
+                f"{self.url.rstrip('/')}/api/v1/targets",
+                params={"state": "active"},
+                timeout=TIMEOUT_SECONDS + 1,
+            )
+            resp.raise_for_status()
+            active = resp.json()["data"]["activeTargets"]
+        except (RequestException, ValueError, KeyError) as exc:
+            log.warning("prometheus at %s: targets unreadable: %s", self.url, exc)
+            return None
+        found: dict[str, JobHealth] = {}
+        for target in active:
+            job = target.get("labels", {}).get("job") or target.get("scrapePool", "")
+            if job not in jobs.ALL:
+                continue
+            seen = found.get(job, JobHealth())
+            if target.get("health") == "up":
+                found[job] = JobHealth(up=seen.up + 1, down=seen.down, error=seen.error)
+            else:
+                error = seen.error or str(target.get("lastError", ""))[:200]
+                found[job] = JobHealth(up=seen.up, down=seen.down + 1, error=error)
+        return found
+
+    def unlabelled_engines(self) -> int:
+        """Engine series no pool's query can select (no ``pool`` label); 0 when unreadable."""
+        try:
+            return round(self._number(queries.unlabelled_engines()) or 0)
+        except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
+            log.warning("prometheus at %s: unlabelled engines unreadable: %s", self.url, exc)
+            return 0
 
     def _number(self, query: str) -> float | None:
         """A value, with NaN (a quantile over no requests) as None: no data is not zero."""

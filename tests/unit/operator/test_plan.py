@@ -15,7 +15,8 @@ from tokenfleet.api.base import Condition
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import AutoscalingStatus, InferencePoolSpec, InferencePoolStatus
 from tokenfleet.operator.plan import canary, desired, model_status, observed, pools
-from tokenfleet.operator.policy import rollout
+from tokenfleet.operator.policy import rollout, scaling, signal_health
+from tokenfleet.signals import jobs
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
 ZONES = ("zone-a", "zone-b", "zone-c")
@@ -313,6 +314,39 @@ def test_unreadable_metrics_are_a_condition() -> None:
     )
     missing = cond(result, "MetricsUnavailable")
     assert missing.status == "True" and "never scaling down on silence" in missing.message
+
+
+def test_a_missing_signal_makes_the_condition_true_and_one_event() -> None:
+    block = AutoscalingStatus.model_validate(
+        {"demand": 6, "reason": "KVCache", "message": "", "recommendations": {}, "decisions": []}
+    )
+    gone = signal_health.missing(
+        policy=scaling.Policy(),
+        signals=scaling.Signals(kv_cache_usage=0.2, waiting=0.0),
+        namespace="ns",
+        pool="p",
+        ready=3,
+        targets={
+            jobs.WORKERS: signal_health.JobHealth(up=1),
+            jobs.GATEWAY: signal_health.JobHealth(down=1, error="connection refused"),
+        },
+    )
+    fresh = pools.plan_pool(inputs(autoscaling=block, metrics_ok=True))
+    assert cond(fresh, "MetricsUnavailable").status == "False"
+    silent = pools.plan_pool(
+        inputs(autoscaling=block, metrics_ok=True, metrics_missing=gone, status=fresh.status)
+    )
+    condition = cond(silent, "MetricsUnavailable")
+    assert (condition.status, condition.reason) == ("True", "SignalsMissing")
+    assert 'tokenfleet_gateway_queue_oldest_age_seconds{pool="ns/p"}' in condition.message
+    assert "job tokenfleet-gateway has no up target (0 of 1 up: connection refused)" in (
+        condition.message
+    )
+    assert [e.reason for e in silent.events if e.type == "Warning"] == ["SignalsMissing"]
+    again = pools.plan_pool(
+        inputs(autoscaling=block, metrics_ok=True, metrics_missing=gone, status=silent.status)
+    )
+    assert not [e for e in again.events if e.reason == "SignalsMissing"]  # once per change
 
 
 def test_sim_annotations_reach_the_worker_pods_and_nothing_else() -> None:

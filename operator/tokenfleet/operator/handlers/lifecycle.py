@@ -43,7 +43,7 @@ async def start(*, settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     kube = leadership.fenced_kube(election) if election else Kube.connect()
     exporter = Exporter()
     if config.metrics_port:
-        exporter.serve(config.metrics_port)
+        exporter.serve(config.metrics_port, config.metrics_host)
     reconciler = Reconciler(
         kube=kube, indexes=indexes, config=config, signals=signals, exporter=exporter
     )

@@ -23,7 +23,7 @@ from tokenfleet.api.pool import (
 )
 from tokenfleet.operator.plan import canary, desired, observed, reporting
 from tokenfleet.operator.plan.reporting import Event, condition
-from tokenfleet.operator.policy import placement, zones
+from tokenfleet.operator.policy import placement, signal_health, zones
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +46,8 @@ class PoolInputs:
     model_annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
     autoscaling: AutoscalingStatus | None = None  # the autoscaler's status block, when it runs
     metrics_ok: bool | None = None  # None: no autoscaler; False: its signals were unreadable
+    #: configured signals that had no series, each with its likely cause
+    metrics_missing: tuple[signal_health.Missing, ...] = ()
     model_status: ModelDeploymentStatus | None = None  # where the model's rollout stands
 
 
@@ -302,6 +304,14 @@ _METRICS: dict[bool, Verdict] = {
 }
 
 
+def _metrics_verdict(inputs: PoolInputs) -> Verdict:
+    """Unreadable or stale first (the decision holds); then any configured signal without
+    data, named with its cause (the decision runs on the rest); else fresh."""
+    if inputs.metrics_ok and inputs.metrics_missing:
+        return (True, "SignalsMissing", signal_health.summary(inputs.metrics_missing)[:1000])
+    return _METRICS[bool(inputs.metrics_ok)]
+
+
 def _last_scaling(inputs: PoolInputs, placed: placement.Placement) -> ScalingDecision:
     """The last decision that changed the size or its reason; kept as is (time too) otherwise."""
     last = inputs.status.last_scaling if inputs.status else None
@@ -329,7 +339,7 @@ def _status(
         ("Degraded", _degraded_verdict(inputs, health, placed)),
     ]
     if inputs.metrics_ok is not None:
-        verdicts.append(("MetricsUnavailable", _METRICS[inputs.metrics_ok]))
+        verdicts.append(("MetricsUnavailable", _metrics_verdict(inputs)))
     healthy = [h.name for h in health if h.healthy]
     return InferencePoolStatus(
         observed_generation=inputs.generation,
@@ -393,6 +403,10 @@ def _events(old: InferencePoolStatus | None, new: InferencePoolStatus) -> list[E
                 f"replicas ({last_new.message})",
             )
         )
+    # a signal gone silent (or a new one silent): say which and why, once per change
+    silent = reporting.changed_to(before.conditions, new.conditions, "MetricsUnavailable", "True")
+    if silent:
+        events.append(Event(type="Warning", reason=silent.reason, message=silent.message[:500]))
     demand_old, demand_new = before.autoscaling, new.autoscaling
     if demand_old and demand_new and demand_old.demand != demand_new.demand:
         events.append(Event(type="Normal", reason="Autoscaled", message=demand_new.message[:500]))
