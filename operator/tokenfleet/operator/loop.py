@@ -449,7 +449,7 @@ class Reconciler:
         self.scaling[meta["uid"]] = decision.state
         block = autoscaling_status.autoscaling_status(decision, old=old, now=now)
         missing = await self._missing_signals(ns, name, policy, signals, ready)
-        fresh = decision.why != scaling.Why.METRICS_UNAVAILABLE
+        fresh = not signals.stale  # readable; whether each signal has data is `missing`
         return decision.replicas, block, fresh, missing
 
     async def _missing_signals(

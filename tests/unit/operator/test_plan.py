@@ -556,3 +556,21 @@ def test_the_model_status_written_has_the_shape_the_crd_stores() -> None:
     assert wire["rollout"]["stepStartedAt"] == "2026-01-01T12:00:00Z"
     assert _unknown_keys(wire, _status_schema("ModelDeployment")) == []
     assert ModelDeploymentStatus.model_validate(wire) == status
+
+
+def test_no_data_yet_is_neither_unreadable_nor_fresh() -> None:
+    """Prometheus answers, every job is up, but nothing recommends yet (no ready worker, no
+    request): the condition says so instead of blaming Prometheus."""
+    block = AutoscalingStatus.model_validate(
+        {
+            "demand": 3,
+            "reason": "MetricsUnavailable",
+            "message": "",
+            "recommendations": {},
+            "decisions": [],
+        }
+    )
+    waiting = cond(
+        pools.plan_pool(inputs(autoscaling=block, metrics_ok=True)), "MetricsUnavailable"
+    )
+    assert (waiting.status, waiting.reason) == ("False", "AwaitingData")

@@ -309,6 +309,14 @@ def _metrics_verdict(inputs: PoolInputs) -> Verdict:
     data, named with its cause (the decision runs on the rest); else fresh."""
     if inputs.metrics_ok and inputs.metrics_missing:
         return (True, "SignalsMissing", signal_health.summary(inputs.metrics_missing)[:1000])
+    idle = inputs.autoscaling is not None and inputs.autoscaling.reason == "MetricsUnavailable"
+    if inputs.metrics_ok and idle:
+        return (
+            False,
+            "AwaitingData",
+            "Prometheus answers and scrapes every job, but no signal has data yet (no ready "
+            "worker, no request for the pool): holding the last decision",
+        )
     return _METRICS[bool(inputs.metrics_ok)]
 
 
