@@ -2,7 +2,8 @@
 
 Covers: `helm lint` is clean (defaults and the local overlay); `helm template` output is accepted
 by the API server (server-side dry-run), and so is `kubectl apply -k manifests/install`, which
-holds the same objects as the chart; manifests/ is current; install → upgrade → uninstall
+holds the same objects as the chart, and `-k manifests/monitoring` what monitoring.enabled=auto
+adds where the Prometheus Operator runs; manifests/ is current; install → upgrade → uninstall
 leaves no orphans; the generated salt and Redis password survive an upgrade; with auto, an
 install finds the Prometheus Operator's API through the API server's discovery (created here by
 stand-in CRDs for one test) and creates the PodMonitors, and without it says loudly that it did
@@ -284,6 +285,28 @@ def test_the_kustomize_install_holds_the_charts_objects(cluster: Cluster, helm: 
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_kustomize_monitoring_holds_what_auto_adds(cluster: Cluster, helm: Any) -> None:
+    """manifests/monitoring is the chart's Prometheus Operator objects, as `auto` renders them
+    where monitoring.coreos.com/v1 is served; manifests/install has none of them."""
+    built = objects(cluster.kubectl("kustomize", str(REPO / "manifests" / "monitoring")).stdout)
+    chart = objects(
+        helm(
+            "template", "tokenfleet", str(CHART), "-n", "tokenfleet-system",
+            "--api-versions", "monitoring.coreos.com/v1",
+        ).stdout
+    )  # fmt: skip
+    monitoring = [
+        d
+        for d in chart
+        if d["kind"] in PROMETHEUS_OPERATOR_KINDS
+        or "grafana_dashboard" in d["metadata"].get("labels", {})
+    ]
+    assert {d["kind"] for d in monitoring} == {*PROMETHEUS_OPERATOR_KINDS, "ConfigMap"}
+    assert sorted(built, key=str) == sorted(monitoring, key=str)
+    install = objects(cluster.kubectl("kustomize", str(REPO / "manifests" / "install")).stdout)
+    assert not ids(install) & ids(monitoring)
 
 
 def stand_in_crd(kind: str) -> dict[str, Any]:
