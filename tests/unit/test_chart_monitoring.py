@@ -120,6 +120,16 @@ def test_the_schema_refuses_anything_but_auto_true_or_false(
     assert done.returncode != 0 and "/monitoring/enabled" in done.stderr, done.stderr
 
 
+def test_every_podmonitor_endpoint_scrapes_at_the_interval(tmp_path: Path) -> None:
+    """monitoring.interval reaches every endpoint (the 60 s canary window needs 4 scrapes; a
+    Prometheus's own default is often 30 s)."""
+    docs = rendered(tmp_path, *WITH_API, "--set", "monitoring.interval=10s")
+    endpoints = [
+        e for d in docs if d["kind"] == "PodMonitor" for e in d["spec"]["podMetricsEndpoints"]
+    ]
+    assert len(endpoints) == 3 and {e["interval"] for e in endpoints} == {"10s"}
+
+
 def test_notes_name_what_was_made_and_how_prometheus_finds_it(tmp_path: Path) -> None:
     text = notes(tmp_path, "--set", "monitoring.enabled=true")
     for name in sorted(MONITORS):

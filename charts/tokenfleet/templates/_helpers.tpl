@@ -134,7 +134,8 @@ force the choice.
 {{/*
 One file of files/monitoring/ (.file; rendered by `make monitoring` from monitoring/) as the
 release's objects (.root): in the release namespace, labelled with monitoring.labels so your
-Prometheus selects them.
+Prometheus selects them, every PodMonitor endpoint scraped at monitoring.interval (without it
+the Prometheus's own default applies, often 30 s: two scrapes in a 60 s canary window).
 */}}
 {{- define "tokenfleet.monitoring.file" -}}
 {{- $values := .root.Values.monitoring }}
@@ -143,5 +144,5 @@ Prometheus selects them.
 {{- range $key, $value := $values.labels }}
 {{- $text = $text | replace "    app.kubernetes.io/part-of: tokenfleet\n" (printf "    app.kubernetes.io/part-of: tokenfleet\n    %s: %s\n" $key ($value | quote)) }}
 {{- end }}
-{{- $text }}
+{{- $text | replace "  podMetricsEndpoints:\n  - port: " (printf "  podMetricsEndpoints:\n  - interval: %s\n    port: " $values.interval) }}
 {{- end }}
