@@ -5,9 +5,13 @@
 
 The chart is the one source: kustomize and GitOps users get the same objects through
 `kubectl apply -k manifests/install`. Rendering uses the chart's defaults, except what a
-template cannot do without a cluster: the namespace is created as an object, and the random
+template cannot do without a cluster: the namespace is created as an object, the random
 Secrets are left to the user (a `helm template` render cannot keep a generated value, so every
-render would rotate it).
+render would rotate it), and `monitoring.enabled: auto` cannot ask the cluster whether it runs
+the Prometheus Operator. It is rendered as if it did (`--api-versions monitoring.coreos.com/v1`),
+and what that adds goes to manifests/monitoring/, apart: manifests/install is what `auto` gives
+on a cluster without the Prometheus Operator (it applies anywhere), manifests/monitoring what it
+adds where the Prometheus Operator runs.
 """
 
 from __future__ import annotations
@@ -33,7 +37,12 @@ FILES = {
     "templates/gateway-rbac.yaml": "gateway/rbac.yaml",
     "templates/gateway-deployment.yaml": "gateway/deployment.yaml",
     "templates/redis.yaml": "gateway/redis.yaml",
+    "templates/monitoring/podmonitors.yaml": "monitoring/podmonitors.yaml",
+    "templates/monitoring/prometheusrule.yaml": "monitoring/prometheusrule.yaml",
+    "templates/monitoring/dashboards-configmaps.yaml": "monitoring/dashboards-configmaps.yaml",
 }
+#: What `helm install` would find on a cluster running the Prometheus Operator (see above).
+PROMETHEUS_OPERATOR_API = "monitoring.coreos.com/v1"
 
 SECRETS_NOTE = """\
 # Create the two random Secrets first (every gateway replica must share the salt):
@@ -54,12 +63,21 @@ KUSTOMIZATIONS = {
     + SECRETS_NOTE,
     "install": "# Everything: CRDs, namespace, operator, gateway, Redis.\n"
     "#   kubectl apply --server-side -k manifests/install\n" + SECRETS_NOTE,
+    "monitoring": "# What the chart's monitoring.enabled=auto adds where the Prometheus Operator\n"
+    "# runs (monitoring.coreos.com/v1): the PodMonitors that give worker series the namespace,\n"
+    "# pool, model and revision labels autoscaling and canary analysis query by, the\n"
+    "# PrometheusRule and the dashboards. Apply it after ../install, only there:\n"
+    "#   kubectl apply --server-side -k manifests/monitoring\n"
+    "# (add your Prometheus's selector label, e.g. release: <kube-prometheus-stack's name>, in an\n"
+    "# overlay). Without the Prometheus Operator, add monitoring/rendered/scrape-configs.yaml to\n"
+    "# your Prometheus instead (docs/install.md).\n",
 }
 RESOURCES = {
     "base/namespace": ["namespace.yaml"],
     "operator": ["../base/namespace", "rbac.yaml", "deployment.yaml"],
     "gateway": ["rbac.yaml", "redis.yaml", "deployment.yaml"],
     "install": ["../crds", "../operator", "../gateway"],
+    "monitoring": ["podmonitors.yaml", "prometheusrule.yaml", "dashboards-configmaps.yaml"],
 }
 
 
@@ -69,7 +87,8 @@ def helm_path() -> Path:
 
 
 def render(helm: Path) -> dict[str, str]:
-    """manifests/-relative path → content, from `helm template` with the default values."""
+    """manifests/-relative path → content, from `helm template` with the default values (and
+    the Prometheus Operator's API, whose objects go to monitoring/ only)."""
     out = subprocess.run(
         [
             str(helm),
@@ -83,6 +102,8 @@ def render(helm: Path) -> dict[str, str]:
             "namespace.create=true",
             "--set",
             "generateSecrets=false",
+            "--api-versions",
+            PROMETHEUS_OPERATOR_API,
         ],
         check=True,
         capture_output=True,

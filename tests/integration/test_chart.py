@@ -2,10 +2,13 @@
 
 Covers: `helm lint` is clean (defaults and the local overlay); `helm template` output is accepted
 by the API server (server-side dry-run), and so is `kubectl apply -k manifests/install`, which
-holds the same objects as the chart; manifests/ is current; install → upgrade → uninstall
-leaves no orphans; the generated salt and Redis password survive an upgrade; the rendered Redis
-refuses a client without its password and accepts the gateway's URL. Pods do not run here
-(kwok fakes them); the objects are what is asserted.
+holds the same objects as the chart, and `-k manifests/monitoring` what monitoring.enabled=auto
+adds where the Prometheus Operator runs; manifests/ is current; install → upgrade → uninstall
+leaves no orphans; the generated salt and Redis password survive an upgrade; with auto, an
+install finds the Prometheus Operator's API through the API server's discovery (created here by
+stand-in CRDs for one test) and creates the PodMonitors, and without it says loudly that it did
+not; the rendered Redis refuses a client without its password and accepts the gateway's URL.
+Pods do not run here (kwok fakes them); the objects are what is asserted.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ NAMESPACED = (
     "poddisruptionbudgets,networkpolicies"
 )
 CLUSTER_SCOPED = "clusterroles,clusterrolebindings"
+#: The Prometheus Operator's kinds the chart renders (what kube-prometheus-stack's CRDs serve).
+PROMETHEUS_OPERATOR_KINDS = ("PodMonitor", "PrometheusRule")
+MONITORS = {"tokenfleet-workers", "tokenfleet-gateway", "tokenfleet-operator"}
 
 
 @pytest.fixture
@@ -281,6 +287,106 @@ def test_the_kustomize_install_holds_the_charts_objects(cluster: Cluster, helm: 
     assert done.returncode == 0, done.stderr
 
 
+def test_the_kustomize_monitoring_holds_what_auto_adds(cluster: Cluster, helm: Any) -> None:
+    """manifests/monitoring is the chart's Prometheus Operator objects, as `auto` renders them
+    where monitoring.coreos.com/v1 is served; manifests/install has none of them."""
+    built = objects(cluster.kubectl("kustomize", str(REPO / "manifests" / "monitoring")).stdout)
+    chart = objects(
+        helm(
+            "template", "tokenfleet", str(CHART), "-n", "tokenfleet-system",
+            "--api-versions", "monitoring.coreos.com/v1",
+        ).stdout
+    )  # fmt: skip
+    monitoring = [
+        d
+        for d in chart
+        if d["kind"] in PROMETHEUS_OPERATOR_KINDS
+        or "grafana_dashboard" in d["metadata"].get("labels", {})
+    ]
+    assert {d["kind"] for d in monitoring} == {*PROMETHEUS_OPERATOR_KINDS, "ConfigMap"}
+    assert sorted(built, key=str) == sorted(monitoring, key=str)
+    install = objects(cluster.kubectl("kustomize", str(REPO / "manifests" / "install")).stdout)
+    assert not ids(install) & ids(monitoring)
+
+
+def stand_in_crd(kind: str) -> dict[str, Any]:
+    """A CRD serving one Prometheus Operator kind under its real group and version, with no
+    schema: enough for discovery (what Helm's Capabilities read) and to store objects."""
+    plural = f"{kind.lower()}s"
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def served_kinds(cluster: Cluster) -> set[str]:
+    done = cluster.kubectl(
+        "api-resources", "--api-group=monitoring.coreos.com", "-o", "name", check=False
+    )
+    return {line.split(".", 1)[0] for line in done.stdout.split()}
+
+
+@pytest.fixture
+def prometheus_operator_api(cluster: Cluster) -> Iterator[None]:
+    """The cluster serves monitoring.coreos.com/v1 for one test; gone again afterwards, so that
+    every other test's `auto` still finds no Prometheus Operator."""
+    cluster.apply(*(stand_in_crd(kind) for kind in PROMETHEUS_OPERATOR_KINDS))
+    wanted = {f"{kind.lower()}s" for kind in PROMETHEUS_OPERATOR_KINDS}
+    try:
+        wait_for("the stand-in CRDs to be served", lambda: served_kinds(cluster) >= wanted)
+        yield
+    finally:
+        for kind in PROMETHEUS_OPERATOR_KINDS:
+            cluster.kubectl(
+                "delete", "crd", f"{kind.lower()}s.monitoring.coreos.com", "--wait=true",
+                check=False,
+            )  # fmt: skip
+        wait_for("the stand-in CRDs to go", lambda: not served_kinds(cluster) or None)
+
+
+def test_auto_installs_the_podmonitors_where_the_prometheus_operator_runs(
+    cluster: Cluster, helm: Any, ns: str, prometheus_operator_api: None
+) -> None:
+    """The documented `helm install`, on a cluster serving monitoring.coreos.com/v1: Helm's
+    discovery finds it, the PodMonitors and the PrometheusRule are created with
+    monitoring.labels, the NOTES name them, and the uninstall removes them."""
+    release = f"tf-{uuid.uuid4().hex[:6]}"
+    install = helm(
+        "install", release, str(CHART), "-n", ns, "--wait=false",
+        "--set", "monitoring.labels.release=kps",
+    )  # fmt: skip
+    monitors = cluster.get("podmonitors.monitoring.coreos.com", "-n", ns)["items"]
+    assert {m["metadata"]["name"] for m in monitors} == MONITORS
+    assert {m["metadata"]["labels"]["release"] for m in monitors} == {"kps"}
+    (rule,) = cluster.get("prometheusrules.monitoring.coreos.com", "-n", ns)["items"]
+    assert rule["metadata"]["name"] == "tokenfleet"
+    for name in sorted(MONITORS):
+        assert f"PodMonitor {name}" in install.stdout, install.stdout
+    assert "this cluster serves monitoring.coreos.com/v1" in install.stdout, install.stdout
+    assert "WARNING: no PodMonitors" not in install.stdout, install.stdout
+    helm("uninstall", release, "-n", ns, "--wait")
+    assert cluster.get("podmonitors.monitoring.coreos.com", "-n", ns)["items"] == []
+
+
 def secret_value(cluster: Cluster, ns: str, name: str, key: str) -> str:
     data = cluster.get("secret", name, "-n", ns)["data"]
     return base64.b64decode(data[key]).decode()
@@ -300,7 +406,9 @@ def test_install_upgrade_uninstall_leaves_nothing_and_keeps_secrets(
 ) -> None:
     release = f"tf-{uuid.uuid4().hex[:6]}"
     full = f"{release}-tokenfleet"
-    helm("install", release, str(CHART), "-n", ns, "--wait=false")
+    install = helm("install", release, str(CHART), "-n", ns, "--wait=false")
+    # No Prometheus Operator here: auto skipped the PodMonitors, and the NOTES say so.
+    assert "WARNING: no PodMonitors were created" in install.stdout, install.stdout
     installed = labelled(cluster, ns, release)
     for name in (
         f"deployment.apps/{full}-operator",

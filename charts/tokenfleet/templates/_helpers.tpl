@@ -114,3 +114,35 @@ httpGet: {path: {{ .path }}, port: {{ .portName }}}
 {{- define "tokenfleet.redisHost" -}}
 {{ .Values.redis.host | default (printf "%s-redis.%s.svc" (include "tokenfleet.fullname" .) .Release.Namespace) }}
 {{- end }}
+
+{{/*
+"true" when the Prometheus Operator objects are rendered, else empty (include returns a string,
+and "false" would be true). monitoring.enabled "auto" (the default) renders them when the
+cluster serves monitoring.coreos.com/v1: `helm install`/`upgrade` ask the API server's
+discovery, which lists both the group-version and group-version/Kind; `helm template` has no
+cluster and knows only what `--api-versions monitoring.coreos.com/v1` tells it. true and false
+force the choice.
+*/}}
+{{- define "tokenfleet.monitoring.enabled" -}}
+{{- $enabled := .Values.monitoring.enabled }}
+{{- if eq (toString $enabled) "auto" }}
+{{- if or (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PodMonitor") (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1") }}true{{ end }}
+{{- else if $enabled }}true
+{{- end }}
+{{- end }}
+
+{{/*
+One file of files/monitoring/ (.file; rendered by `make monitoring` from monitoring/) as the
+release's objects (.root): in the release namespace, labelled with monitoring.labels so your
+Prometheus selects them, every PodMonitor endpoint scraped at monitoring.interval (without it
+the Prometheus's own default applies, often 30 s: two scrapes in a 60 s canary window).
+*/}}
+{{- define "tokenfleet.monitoring.file" -}}
+{{- $values := .root.Values.monitoring }}
+{{- $text := .root.Files.Get (printf "files/monitoring/%s" .file) }}
+{{- $text = $text | replace "  namespace: tokenfleet-system\n" (printf "  namespace: %s\n" .root.Release.Namespace) }}
+{{- range $key, $value := $values.labels }}
+{{- $text = $text | replace "    app.kubernetes.io/part-of: tokenfleet\n" (printf "    app.kubernetes.io/part-of: tokenfleet\n    %s: %s\n" $key ($value | quote)) }}
+{{- end }}
+{{- $text | replace "  podMetricsEndpoints:\n  - port: " (printf "  podMetricsEndpoints:\n  - interval: %s\n    port: " $values.interval) }}
+{{- end }}
