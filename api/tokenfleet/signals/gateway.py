@@ -12,6 +12,9 @@ QUEUE_DEPTH = "tokenfleet_gateway_queue_depth"  # pool, class
 QUEUE_OLDEST_AGE = "tokenfleet_gateway_queue_oldest_age_seconds"  # pool, class
 QUEUE_WAIT = "tokenfleet_gateway_queue_wait_seconds"  # pool, class (histogram)
 POOL_ARRIVALS = "tokenfleet_gateway_pool_arrivals_total"  # pool, class: offered load
+# pool, class, reason: refused by the pool's admission (queue full, too old, deadline unmeetable,
+# overloaded) — demand the pool's capacity turned away, which the autoscaler counts as backlog
+POOL_REFUSALS = "tokenfleet_gateway_pool_refusals_total"
 IN_FLIGHT = "tokenfleet_gateway_in_flight_requests"  # pool, class
 PROMPT_TOKENS = "tokenfleet_gateway_prompt_tokens_total"  # tenant, model, outcome
 COMPLETION_TOKENS = "tokenfleet_gateway_completion_tokens_total"  # tenant, model, outcome

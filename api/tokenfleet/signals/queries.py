@@ -57,6 +57,13 @@ def oldest_queue_age(namespace: str, pool: str, classes: Sequence[str] = ()) -> 
     return f"max({gateway.QUEUE_OLDEST_AGE}{_classes(namespace, pool, classes)})"
 
 
+def refusal_rate(namespace: str, pool: str, classes: Sequence[str] = (), window: str = "1m") -> str:
+    """Requests per second the pool's admission refused for want of capacity, over
+    ``classes``, summed over the gateway replicas: the demand it shed."""
+    selector = _classes(namespace, pool, classes)
+    return f"sum(rate({gateway.POOL_REFUSALS}{selector}[{window}]))"
+
+
 def queue_wait_p95(
     namespace: str, pool: str, classes: Sequence[str] = (), window: str = "1m"
 ) -> str:

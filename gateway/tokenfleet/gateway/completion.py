@@ -458,6 +458,7 @@ class Completion:
         )
         self.observe_queue(to)
         if refused is not None:
+            state.metrics.pool_refusals.labels(key, cls, refused.reason.value).inc()
             return refused
         holding_since = time.monotonic()
         state.metrics.queue_wait.labels(key, cls).observe(holding_since - self.started)

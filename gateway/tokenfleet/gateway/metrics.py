@@ -69,6 +69,7 @@ class Metrics:
     queue_oldest_age: Gauge
     queue_wait: Histogram
     pool_arrivals: Counter
+    pool_refusals: Counter
     in_flight: Gauge
     prompt_tokens: Counter
     completion_tokens: Counter
@@ -141,6 +142,13 @@ class Metrics:
                 ["pool", "class"],
                 registry=r,
             ),
+            pool_refusals=Counter(
+                names.POOL_REFUSALS,
+                "Requests a pool's admission refused for want of capacity (queue full or too "
+                "old, deadline unmeetable, overloaded): load it shed, which scales the pool.",
+                ["pool", "class", "reason"],
+                registry=r,
+            ),
             in_flight=Gauge(
                 names.IN_FLIGHT,
                 "Requests running upstream.",
@@ -188,6 +196,7 @@ class Metrics:
             metrics.queue_oldest_age,
             metrics.queue_wait,
             metrics.pool_arrivals,
+            metrics.pool_refusals,
             metrics.in_flight,
             metrics.prompt_tokens,
             metrics.completion_tokens,

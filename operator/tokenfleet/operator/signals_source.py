@@ -61,6 +61,7 @@ class PrometheusSignals:
                 generation_tokens_rate=self._value(queries.generation_rate(namespace, pool)),
                 arrival_rate=self._value(queries.arrival_rate(namespace, pool)),
                 completion_rate=self._value(queries.completion_rate(namespace, pool)),
+                refusal_rate=self._value(queries.refusal_rate(namespace, pool, queue_classes)),
             )
         except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
             log.warning("prometheus at %s unreadable for %s/%s: %s", self.url, namespace, pool, exc)

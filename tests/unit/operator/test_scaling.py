@@ -1,5 +1,5 @@
-"""The scaling decision as a table: each signal alone, ties, windows, step limits, starting
-credit, missing and stale metrics, schedules, panic, min/max."""
+"""The scaling decision as a table: each signal alone (shedding at the gateway included), ties,
+windows, step limits, starting credit, missing and stale metrics, schedules, panic, min/max."""
 
 from __future__ import annotations
 
@@ -304,6 +304,51 @@ CASES = [
         ready=2,
         starting=2,
         signals=Signals(oldest_queue_age=10.0, waiting=400),
+        max_up_step=20,
+    ),
+    case(
+        "shedding-with-an-empty-queue-scales-by-offered-over-admitted",
+        12,
+        Why.SHEDDING,
+        replicas=3,
+        signals=Signals(
+            oldest_queue_age=0.0,
+            kv_cache_usage=0.0,
+            waiting=0,
+            refusal_rate=30.0,
+            arrival_rate=40.0,
+        ),
+        max_up_step=20,
+    ),
+    case(
+        "shedding-everything-at-least-doubles",
+        6,
+        Why.SHEDDING,
+        replicas=3,
+        signals=Signals(oldest_queue_age=0.0, refusal_rate=5.0, arrival_rate=5.0),
+        max_up_step=20,
+    ),
+    case(
+        "shedding-paced-by-the-step-limit",
+        7,
+        Why.STEP_LIMITED,
+        replicas=3,
+        signals=Signals(oldest_queue_age=0.0, refusal_rate=30.0, arrival_rate=40.0),
+    ),
+    case(
+        "stray-refusals-are-noise",
+        3,
+        Why.STEP_LIMITED,
+        signals=Signals(oldest_queue_age=0.0, refusal_rate=0.01, arrival_rate=10.0),
+    ),
+    case(
+        "shedding-capped-by-replicas-still-starting",
+        6,
+        Why.STARTING_ABSORB,
+        replicas=6,
+        ready=3,
+        starting=3,
+        signals=Signals(oldest_queue_age=0.0, refusal_rate=30.0, arrival_rate=40.0),
         max_up_step=20,
     ),
     case(
