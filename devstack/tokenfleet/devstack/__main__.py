@@ -209,51 +209,79 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _defaults(command: str) -> dict[str, Any]:
+    """Each command's flag defaults: ``up`` starts the whole platform, ``run`` only what it is
+    told (the tests' session fixture), ``down`` and ``status`` read only the state directory."""
+    up = command == "up"
+    return {
+        "state_dir": DEFAULT_STATE,
+        "bin_dir": DEFAULT_BIN,
+        "ports": os.environ.get("TOKENFLEET_PORTS", "default"),
+        "operator": up,
+        "platform": up,
+        "real_node": up and os.environ.get("TOKENFLEET_REAL_NODE", "1") != "0",
+        "nodes_per_zone": 2,
+        "pod_octet": "1",
+        "gpus_per_node": 8,
+        "die_with_parent": False,
+    }
+
+
+def _stack_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags every command takes, without defaults (``SUPPRESS``): they are accepted before
+    or after the command, the later one winning, and :func:`_defaults` fills in the rest."""
+    absent = argparse.SUPPRESS
+    p.add_argument("--state-dir", type=Path, default=absent)
+    p.add_argument("--bin-dir", type=Path, default=absent)
+    p.add_argument(
+        "--ports", default=absent, help="default, auto (free ports) or offset:N (default ports + N)"
+    )
+    p.add_argument(
+        "--operator",
+        action=argparse.BooleanOptionalAction,
+        default=absent,
+        help="also run the TokenFleet operator (default for up; tests run their own)",
+    )
+    p.add_argument(
+        "--platform",
+        action=argparse.BooleanOptionalAction,
+        default=absent,
+        help="also Redis, the gateway, a dev tenant and the examples (default for up)",
+    )
+    p.add_argument(
+        "--real-node",
+        action=argparse.BooleanOptionalAction,
+        default=absent,
+        help="also one real kubelet node (root; one per machine; default for up unless "
+        "TOKENFLEET_REAL_NODE=0)",
+    )
+    p.add_argument("--nodes-per-zone", type=int, default=absent)
+    p.add_argument(
+        "--pod-octet",
+        default=absent,
+        help="pods get IPs 127.N.x.y; 'auto' picks an N no other stack on this host uses",
+    )
+    p.add_argument("--gpus-per-node", type=int, default=absent)
+    p.add_argument(
+        "--die-with-parent",
+        action="store_true",
+        default=absent,
+        help="stop when the parent process dies (test fixtures)",
+    )
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tokenfleet.devstack", description=__doc__)
+    parser = _stack_flags(
+        argparse.ArgumentParser(prog="python -m tokenfleet.devstack", description=__doc__)
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn in (("up", cmd_up), ("run", cmd_run), ("down", cmd_down), ("status", cmd_status)):
-        p = sub.add_parser(name)
-        p.set_defaults(fn=fn)
-        p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE)
-        p.add_argument("--bin-dir", type=Path, default=DEFAULT_BIN)
-        p.add_argument(
-            "--ports",
-            help="default, auto (free ports) or offset:N (default ports + N)",
-            default=os.environ.get("TOKENFLEET_PORTS", "default"),
-        )
-        p.add_argument(
-            "--operator",
-            action=argparse.BooleanOptionalAction,
-            default=name == "up",
-            help="also run the TokenFleet operator (default for up; tests run their own)",
-        )
-        p.add_argument(
-            "--platform",
-            action=argparse.BooleanOptionalAction,
-            default=name == "up",
-            help="also Redis, the gateway, a dev tenant and the examples (default for up)",
-        )
-        p.add_argument(
-            "--real-node",
-            action=argparse.BooleanOptionalAction,
-            default=name == "up" and os.environ.get("TOKENFLEET_REAL_NODE", "1") != "0",
-            help="also one real kubelet node (root; one per machine; default for up unless "
-            "TOKENFLEET_REAL_NODE=0)",
-        )
-        p.add_argument("--nodes-per-zone", type=int, default=2)
-        p.add_argument(
-            "--pod-octet",
-            default="1",
-            help="pods get IPs 127.N.x.y; 'auto' picks an N no other stack on this host uses",
-        )
-        p.add_argument("--gpus-per-node", type=int, default=8)
-        p.add_argument(
-            "--die-with-parent",
-            action="store_true",
-            help="stop when the parent process dies (test fixtures)",
-        )
+        _stack_flags(sub.add_parser(name)).set_defaults(fn=fn)
     args = parser.parse_args(argv)
+    for key, value in _defaults(args.command).items():
+        if not hasattr(args, key):
+            setattr(args, key, value)
     try:
         _ports(args.ports)
     except argparse.ArgumentTypeError as exc:
