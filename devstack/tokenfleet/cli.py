@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+from collections.abc import Callable
+
+#: The exit status of a command whose reader went away (``… | head``): a shell reports 128 +
+#: SIGPIPE for a process the signal ended, as kubectl (Go) and coreutils end.
+SIGPIPE_EXIT = 128 + signal.SIGPIPE
 
 USAGE = """usage: tokenfleet COMMAND [ARGS]
 
@@ -30,9 +37,34 @@ commands:
 """
 
 
+def closed_stdout_is_quiet(command: Callable[[], int]) -> int:
+    """Run ``command``; if its reader closes stdout (``… | head``), end quietly with 141.
+
+    Python ignores SIGPIPE, so a write to a closed pipe raises BrokenPipeError: a traceback,
+    and at exit a second complaint when the interpreter flushes stdout again. Flushing here
+    makes the last buffered write fail inside the guard; stdout then points at /dev/null so the
+    interpreter's own flush has nowhere to fail.
+    """
+    try:
+        code = command()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return SIGPIPE_EXIT
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch to a subcommand's own ``main``."""
+    """The ``tokenfleet`` command; a closed stdout ends it quietly (see
+    :func:`closed_stdout_is_quiet`)."""
     args = sys.argv[1:] if argv is None else argv
+    return closed_stdout_is_quiet(lambda: dispatch(args))
+
+
+def dispatch(args: list[str]) -> int:
+    """Dispatch to a subcommand's own ``main``."""
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2

@@ -31,6 +31,7 @@ import urllib3
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from tokenfleet import cli
 from tokenfleet import rollout_views as views
 from tokenfleet.api.base import API_GROUP, API_VERSION
 from tokenfleet.signals import queries
@@ -166,8 +167,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``kubectl-tokenfleet``; API errors are one line on stderr, exit 1."""
+    """Entry point of ``kubectl-tokenfleet``; API errors are one line on stderr, exit 1; a
+    closed stdout (``… | head``) ends it quietly, exit 141."""
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    return cli.closed_stdout_is_quiet(lambda: _run_reporting_errors(args))
+
+
+def _run_reporting_errors(args: argparse.Namespace) -> int:
     try:
         return run(args)
     except ApiException as exc:
