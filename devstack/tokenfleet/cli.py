@@ -29,8 +29,10 @@ commands:
   route train-classifier PROMPTS.jsonl -o OUT [--configmap NAME] [--seed 0]
                        train a ModelRoute's prompt classifier; prints held-out accuracy
   usage [--since 24h] [--tenant NS/NAME] [-o table|json|csv] [--cost] [--plot P.png]
-                       usage per tenant, model, pool and outcome from the ledger; --cost
-                       allocates the pools' GPU-hours (idle and failed work as own lines)
+        [--redis URL | --kubeconfig F --context C -n NS]
+                       usage per tenant, model, pool and outcome from the ledger (found
+                       through the cluster: the gateway's Redis); --cost allocates the
+                       pools' GPU-hours (idle and failed work as own lines)
   dev up|down|status   the local platform (same as make up / make down)
   crds --write|--check DIR
                        render the CustomResourceDefinitions from tokenfleet.api
