@@ -30,7 +30,7 @@ import aiohttp
 import kubernetes
 
 from tokenfleet import kubeapi
-from tokenfleet.devstack import ledger_address
+from tokenfleet.devstack import chart, ledger_address
 
 #: The local platform's Redis URL, beside its kubeconfig (written by ``make up``).
 LOCAL_URL_FILE = "redis-url"
@@ -52,7 +52,7 @@ class Where:
     redis: str = ""  # --redis or $TOKENFLEET_REDIS_URL: wins when set
     kubeconfig: str | None = None  # None: $KUBECONFIG, else ~/.kube/config
     context: str | None = None
-    namespace: str = "tokenfleet-system"  # where TokenFleet (its gateway) is installed
+    namespace: str = chart.NAMESPACE  # where TokenFleet (its gateway) is installed
 
 
 @contextlib.asynccontextmanager
