@@ -86,6 +86,30 @@ def test_nothing_found_says_what_was_tried_and_what_to_pass(
     assert "Pass --redis URL or set TOKENFLEET_REDIS_URL" in said
 
 
+KUBECONFIG_REFUSED = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:%d"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+"""
+
+
+def test_a_stopped_api_server_is_told_apart_from_a_bad_kubeconfig(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After `make down`: the kubeconfig is fine, nothing listens at its server (port 1)."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    config = tmp_path / "kubeconfig"
+    config.write_text(KUBECONFIG_REFUSED % 1)
+    with pytest.raises(ledger_discovery.NotFound) as nothing:
+        found(ledger_discovery.Where(kubeconfig=str(config)))
+    said = str(nothing.value)
+    assert "the API server did not answer (" in said and "Connect call failed" in said
+    assert "kubeconfig (" not in said and "SSLContext" not in said
+
+
 def test_the_command_reports_it_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

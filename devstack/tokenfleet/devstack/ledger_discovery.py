@@ -99,12 +99,13 @@ async def _from_cluster(where: Where) -> ledger_address.Address | ledger_address
                 # unreadable (RBAC, gone): address() names it in its reason
                 with contextlib.suppress(kubeapi.ApiError):
                     secrets[name] = await api.call("GET", f"/api/v1/namespaces/{ns}/secrets/{name}")
-        except (kubernetes.config.ConfigException, OSError) as exc:
-            return ledger_address.Unknown(reason=f"no usable kubeconfig ({exc})")
         except kubeapi.ApiError as exc:
             return ledger_address.Unknown(reason=f"listing Deployments in {ns}: {exc}")
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            return ledger_address.Unknown(reason=f"the API server did not answer ({exc!r})")
+        except (aiohttp.ClientError, TimeoutError) as exc:  # before OSError: some are both
+            cause = getattr(exc, "os_error", None) or exc  # without aiohttp's SSL context repr
+            return ledger_address.Unknown(reason=f"the API server did not answer ({cause!s})")
+        except (kubernetes.config.ConfigException, OSError) as exc:
+            return ledger_address.Unknown(reason=f"no usable kubeconfig ({exc})")
     return ledger_address.address(deployment, secrets=secrets)
 
 
