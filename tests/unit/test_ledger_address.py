@@ -190,6 +190,14 @@ def test_the_url_is_what_the_gateway_pods_get(
             id="no-redis-at-all",
         ),
         pytest.param(
+            deployment(
+                env=[{"name": "TOKENFLEET_REDIS_URL", "value": "redis://:a$$$$b$(PW)@h:1/0"}]
+            ),
+            {},
+            "needs $(PW)",
+            id="a-reference-after-an-escaped-dollar",
+        ),
+        pytest.param(
             deployment(),
             {"tokenfleet-redis": {"data": {"password": "%%% not base64"}}},
             "needs $(TOKENFLEET_REDIS_PASSWORD)",

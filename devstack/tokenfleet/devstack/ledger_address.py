@@ -157,8 +157,8 @@ def address(deployment: Obj, *, secrets: Mapping[str, Obj]) -> Address | Unknown
     unread = f" (Secret {', '.join(missing)} could not be read)" if missing else ""
     if not url:
         return Unknown(reason=f"{source} gives its gateway no Redis URL{unread}")
-    leftover = _REFERENCE.search(url)
-    if leftover is not None and leftover["name"]:
+    leftover = next((m for m in _REFERENCE.finditer(url) if m["name"]), None)
+    if leftover is not None:
         return Unknown(
             reason=f"{source}: its Redis URL needs $({leftover['name']}), which could not be "
             f"resolved here{unread or ' (a Secret value that does not decode, or a field)'}"
