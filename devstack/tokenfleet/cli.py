@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+from collections.abc import Callable
+
+#: The exit status of a command whose reader went away (``… | head``): a shell reports 128 +
+#: SIGPIPE for a process the signal ended, as kubectl (Go) and coreutils end.
+SIGPIPE_EXIT = 128 + signal.SIGPIPE
 
 USAGE = """usage: tokenfleet COMMAND [ARGS]
 
@@ -22,17 +29,44 @@ commands:
   route train-classifier PROMPTS.jsonl -o OUT [--configmap NAME] [--seed 0]
                        train a ModelRoute's prompt classifier; prints held-out accuracy
   usage [--since 24h] [--tenant NS/NAME] [-o table|json|csv] [--cost] [--plot P.png]
-                       usage per tenant, model, pool and outcome from the ledger; --cost
-                       allocates the pools' GPU-hours (idle and failed work as own lines)
+        [--redis URL | --kubeconfig F --context C -n NS]
+                       usage per tenant, model, pool and outcome from the ledger (found
+                       through the cluster: the gateway's Redis); --cost allocates the
+                       pools' GPU-hours (idle and failed work as own lines)
   dev up|down|status   the local platform (same as make up / make down)
   crds --write|--check DIR
                        render the CustomResourceDefinitions from tokenfleet.api
 """
 
 
+def closed_stdout_is_quiet(command: Callable[[], int]) -> int:
+    """Run ``command``; if its reader closes stdout (``… | head``), end quietly with 141.
+
+    Python ignores SIGPIPE, so a write to a closed pipe raises BrokenPipeError: a traceback,
+    and at exit a second complaint when the interpreter flushes stdout again. Flushing here
+    makes the last buffered write fail inside the guard; stdout then points at /dev/null so the
+    interpreter's own flush has nowhere to fail.
+    """
+    try:
+        code = command()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return SIGPIPE_EXIT
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch to a subcommand's own ``main``."""
+    """The ``tokenfleet`` command; a closed stdout ends it quietly (see
+    :func:`closed_stdout_is_quiet`)."""
     args = sys.argv[1:] if argv is None else argv
+    return closed_stdout_is_quiet(lambda: dispatch(args))
+
+
+def dispatch(args: list[str]) -> int:
+    """Dispatch to a subcommand's own ``main``."""
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2

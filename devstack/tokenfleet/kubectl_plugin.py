@@ -31,6 +31,7 @@ import urllib3
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from tokenfleet import cli
 from tokenfleet import rollout_views as views
 from tokenfleet.api.base import API_GROUP, API_VERSION
 from tokenfleet.signals import queries
@@ -40,21 +41,37 @@ FIELD_MANAGER = "kubectl-tokenfleet"
 PROMETHEUS_TIMEOUT = 5
 
 
+def _kubectl_flags(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """kubectl's own flags on ``parser``: with their defaults on the top-level parser, and
+    without (``SUPPRESS``) on each subcommand's, so that a value given after the subcommand
+    overrides one given before it and an absent one leaves it alone."""
+
+    def default(value: str | None) -> str | None:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument("-n", "--namespace", default=default(""))
+    parser.add_argument("--kubeconfig", default=default(None))
+    parser.add_argument("--context", default=default(None))
+    parser.add_argument(
+        "-o", "--output", choices=("table", "json", "yaml"), default=default("table")
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
+    """The command line; kubectl users put -n, --kubeconfig, --context and -o anywhere."""
     p = argparse.ArgumentParser(prog="kubectl tokenfleet", description=__doc__.split("\n")[0])
-    p.add_argument("-n", "--namespace", default="")
-    p.add_argument("--kubeconfig", default=None)
-    p.add_argument("--context", default=None)
-    p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    _kubectl_flags(p, defaults=True)
     sub = p.add_subparsers(dest="command", required=True)
     rollout = sub.add_parser("rollout", help="a ModelDeployment's canary rollout")
     rollout.add_argument(
         "action", choices=("status", "history", *views.CONTROLS), help="what to show or set"
     )
     rollout.add_argument("name", help="ModelDeployment name")
-    sub.add_parser("pools", help="desired/ready/warm replicas per pool and zone")
+    pools = sub.add_parser("pools", help="desired/ready/warm replicas per pool and zone")
     top = sub.add_parser("top", help="live TTFT p99, queue age and KV usage per pool")
     top.add_argument("--prometheus", required=True, help="Prometheus URL, e.g. http://host:9090")
+    for command in (rollout, pools, top):
+        _kubectl_flags(command, defaults=False)
     return p
 
 
@@ -150,8 +167,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``kubectl-tokenfleet``; API errors are one line on stderr, exit 1."""
+    """Entry point of ``kubectl-tokenfleet``; API errors are one line on stderr, exit 1; a
+    closed stdout (``… | head``) ends it quietly, exit 141."""
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    return cli.closed_stdout_is_quiet(lambda: _run_reporting_errors(args))
+
+
+def _run_reporting_errors(args: argparse.Namespace) -> int:
     try:
         return run(args)
     except ApiException as exc:

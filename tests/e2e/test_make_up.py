@@ -1,7 +1,9 @@
 """The README's journey on the whole local platform: `up` starts everything (control plane,
 simulated GPU nodes, operator, Redis, gateway, dev tenant, examples) and prints how to use it;
-the printed gateway and dev key answer the openai SDK; the remote region and the provider
-(host processes in both modes) answer with the keys the stack generated; a ModelRoute whose
+the printed gateway and dev key answer the openai SDK; with only the printed KUBECONFIG and
+PATH, `kubectl tokenfleet` answers and `tokenfleet usage` finds the gateway's ledger and the dev
+tenant's requests in it; the remote region and the provider (host processes in both modes)
+answer with the keys the stack generated; a ModelRoute whose
 remote is region-b goes on answering through it while the whole example pool is lost, and comes
 back to the pool after; `down` leaves no process behind, and nothing of the real node (mounts,
 bridge, iptables chains, hosts entry).
@@ -90,6 +92,7 @@ def test_up_serves_the_examples_through_the_gateway_and_down_cleans_up(
                 return False
 
         wait_for("the example model to answer through the gateway", answers, timeout=90, every=1.0)
+        the_printed_commands_read_the_ledger(up.stdout, info)
         env = {**os.environ, "KUBECONFIG": info["kubeconfig"]}
 
         def settled() -> dict[str, int] | None:
@@ -185,6 +188,37 @@ def a_lost_pool_spills_to_region_b_and_returns(
         timeout=180,
         every=1.0,
     )
+
+
+def the_printed_commands_read_the_ledger(printed: str, info: dict[str, Any]) -> None:
+    """With only the printed KUBECONFIG and PATH, `tokenfleet usage` finds the gateway's ledger
+    (chart: through the gateway's Deployment and the Redis Secret; host processes: the
+    redis-url beside the kubeconfig) and lists the dev tenant's requests; `kubectl tokenfleet`
+    is on that PATH too."""
+    path = re.search(r"^  export PATH=(\S+):\$PATH", printed, re.MULTILINE)
+    assert path, printed
+    env = {
+        "KUBECONFIG": info["kubeconfig"],
+        "PATH": f"{path.group(1)}:/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+    }
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    pools = run("kubectl", "tokenfleet", "pools", "-n", "default", "-o", "json")
+    assert pools.returncode == 0, pools.stderr
+
+    def dev_served() -> bool:
+        done = run("tokenfleet", "usage", "--since", "1h", "-o", "json")
+        assert done.returncode == 0, done.stderr
+        rows = json.loads(done.stdout)
+        return any(r["tenant"].endswith("/dev") and r["outcome"] == "served" for r in rows)
+
+    # the gateway writes its ledger behind the requests, every few seconds
+    wait_for("the dev tenant's requests in the ledger", dev_served, timeout=60, every=2.0)
 
 
 def remotes_answer(state: Path, urls: dict[str, str], printed: str) -> None:

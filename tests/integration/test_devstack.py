@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from support.cluster import BIN_DIR, alive, wait_for
 from tokenfleet.devstack import controlplane
@@ -37,6 +39,7 @@ def test_up_twice_reports_the_running_stack_and_down_stops_everything(tmp_path: 
     assert "export KUBECONFIG=" in first.stdout and "make down" in first.stdout
     info = json.loads((tmp_path / "state" / "stack.json").read_text())
     try:
+        the_printed_path_runs_kubectl_tokenfleet(first.stdout, Path(state), info)
         second = devstack("up", "--state-dir", state, "--ports", "auto")
         assert second.returncode == 0
         assert f"already running (pid {info['pid']})" in second.stdout
@@ -48,6 +51,26 @@ def test_up_twice_reports_the_running_stack_and_down_stops_everything(tmp_path: 
     for name, pid in {"stack": info["pid"], **info["children"]}.items():
         assert wait_for(f"{name} to exit", lambda pid=pid: not alive(pid), timeout=15)
     assert "not running" in devstack("status", "--state-dir", state).stdout
+    assert not (Path(state) / "redis-url").exists()  # the URL of the Redis that stopped
+
+
+def the_printed_path_runs_kubectl_tokenfleet(
+    printed: str, state: Path, info: dict[str, Any]
+) -> None:
+    """`export PATH=<state>/bin:$PATH`, as printed, alone gives kubectl, helm, tokenfleet and
+    kubectl-tokenfleet: kubectl finds its plugin there and the plugin answers."""
+    path = re.search(r"^  export PATH=(\S+):\$PATH", printed, re.MULTILINE)
+    assert path, printed
+    assert Path(path.group(1)) == state.resolve() / "bin"
+    env = {**os.environ, "KUBECONFIG": info["kubeconfig"], "PATH": f"{path.group(1)}:/usr/bin:/bin"}
+    for tool in ("kubectl", "helm", "tokenfleet", "kubectl-tokenfleet"):
+        assert shutil.which(tool, path=env["PATH"]) == str(Path(path.group(1)) / tool)
+    pools = subprocess.run(
+        ["kubectl", "tokenfleet", "pools", "-n", "default", "-o", "json"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert pools.returncode == 0, pools.stderr
+    assert "pools" in json.loads(pools.stdout)
 
 
 def _free_offset() -> int:

@@ -3,6 +3,13 @@
 ``up`` starts a stack in the background (``make up``), waits until it is ready and prints how to
 use it; a second ``up`` reports the running stack. ``down`` stops it. ``run`` is the foreground
 process behind both, also used by the test suite's session fixture.
+
+For the user's shell ``up`` also leaves, under the state directory: ``bin/`` with links to the
+stack's kubectl and helm and to this environment's ``tokenfleet`` and ``kubectl-tokenfleet``
+(one ``export PATH=<state>/bin:$PATH`` gives all four), and, when Redis runs as a host process,
+``redis-url`` beside the kubeconfig for ``tokenfleet usage`` (no cluster object describes that
+Redis; :mod:`tokenfleet.devstack.ledger_discovery`). ``down`` removes the URL; ``make clean``
+the rest.
 """
 
 from __future__ import annotations
@@ -15,17 +22,21 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tokenfleet.devstack import controlplane, nodes, platform, stack
+from tokenfleet.devstack import controlplane, ledger_discovery, nodes, platform, stack
 
 DEFAULT_STATE = Path(".tokenfleet")
 DEFAULT_BIN = (
     Path(os.environ.get("TOKENFLEET_CACHE", Path.home() / ".cache/tokenfleet")) / "bin/current"
 )
 START_TIMEOUT_SECONDS = 480.0  # the real node imports images and waits for the chart's pods
+#: The console scripts of the environment running this (the repository's .venv).
+SCRIPTS_DIR = Path(sysconfig.get_path("scripts"))
 
 
 def _ports(text: str) -> controlplane.Ports | None:
@@ -67,7 +78,75 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _usage(state_dir: Path, info: dict[str, Any], bin_dir: Path) -> str:
+def tool_links(*, bin_dir: Path, scripts_dir: Path) -> dict[str, Path]:
+    """What ``up`` links into ``<state>/bin``, name → target: the kubectl and helm built for
+    the stack, and the ``tokenfleet`` and ``kubectl-tokenfleet`` console scripts (kubectl finds
+    its plugin on the same PATH). Only these: the control plane's binaries stay off PATH."""
+    return {
+        "kubectl": bin_dir / "kubectl",
+        "helm": bin_dir / "helm",
+        "tokenfleet": scripts_dir / "tokenfleet",
+        "kubectl-tokenfleet": scripts_dir / "kubectl-tokenfleet",
+    }
+
+
+def local_ledger_url(info: Mapping[str, Any]) -> str | None:
+    """The usage ledger's URL when Redis runs as a host process (no password, loopback);
+    None when the chart runs it (``tokenfleet usage`` finds that one through the cluster)."""
+    if "redis" not in info.get("children", {}):
+        return None
+    return f"redis://127.0.0.1:{info['ports']['redis']}/0"
+
+
+def _link(directory: Path, links: Mapping[str, Path]) -> list[str]:
+    """Point ``directory/<name>`` at each target (replacing what was there); the names whose
+    target does not exist get no link."""
+    directory.mkdir(parents=True, exist_ok=True)
+    missing = []
+    for name, target in links.items():
+        link = directory / name
+        if not target.exists():
+            missing.append(name)
+            link.unlink(missing_ok=True)
+            continue
+        fresh = directory / f".{name}.new"
+        fresh.unlink(missing_ok=True)
+        fresh.symlink_to(target)
+        fresh.replace(link)  # atomic: a shell using the old link never finds none
+    return missing
+
+
+def publish(state_dir: Path, info: Mapping[str, Any], *, bin_dir: Path) -> list[str]:
+    """Lay out what the user's shell needs (``bin/``, ``redis-url``) for a ready stack; the
+    tools that could not be linked (not built)."""
+    missing = _link(state_dir / "bin", tool_links(bin_dir=bin_dir, scripts_dir=SCRIPTS_DIR))
+    url_file = Path(info["kubeconfig"]).parent / ledger_discovery.LOCAL_URL_FILE
+    url = local_ledger_url(info)
+    if url is None:
+        url_file.unlink(missing_ok=True)
+    else:
+        descriptor = os.open(url_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as out:
+            os.fchmod(out.fileno(), 0o600)  # also when it existed with a wider mode
+            out.write(url + "\n")
+    return missing
+
+
+def withdraw(state_dir: Path) -> None:
+    """What ``down`` takes back: the URL of the Redis it stopped (the tools stay linked)."""
+    (state_dir / ledger_discovery.LOCAL_URL_FILE).unlink(missing_ok=True)
+
+
+def _announce(state_dir: Path, info: dict[str, Any], bin_dir: Path) -> None:
+    """Print how to use a ready stack, after laying out what that text promises."""
+    missing = publish(state_dir, info, bin_dir=bin_dir)
+    print(usage_text(state_dir, info))
+    if missing:
+        print(f"(not linked into {state_dir / 'bin'}, not built: {', '.join(missing)})")
+
+
+def usage_text(state_dir: Path, info: dict[str, Any]) -> str:
+    """How to use the running stack: the text ``up`` prints."""
     running = ", ".join(info.get("children", {}))
     gateway_port = info.get("ports", {}).get("gateway", 8080)
     return f"""
@@ -75,19 +154,24 @@ TokenFleet local platform is up: a real Kubernetes control plane with simulated 
 (ready in {info.get("startSeconds")} s; pid {info.get("pid")}; running: {running}).
 
   export KUBECONFIG={info["kubeconfig"]}
-  export PATH={bin_dir}:$PATH        # the kubectl built for this stack
+  export PATH={state_dir / "bin"}:$PATH   # kubectl, helm, tokenfleet, kubectl-tokenfleet
 
   kubectl get nodes -L topology.kubernetes.io/zone,nvidia.com/gpu.product
   kubectl apply -f examples/01-three-zone-pool/ -f examples/02-model-deployment/ \\
                 -f examples/03-two-tenants/
   kubectl get tokenfleet             # every TokenFleet resource with its printer columns
   kubectl explain inferencepool.spec
+  kubectl tokenfleet pools           # desired, ready and warm replicas per pool and zone
 
 The gateway (OpenAI-compatible) is on http://127.0.0.1:{gateway_port}, with a dev tenant's key:
 
   curl http://127.0.0.1:{gateway_port}/v1/chat/completions \\
     -H "Authorization: Bearer $(cat {state_dir}/dev-api-key)" -H "Content-Type: application/json" \\
     -d '{{"model": "llama-3.1-8b-instruct", "messages": [{{"role": "user", "content": "Hello"}}]}}'
+
+Usage per tenant, model and pool from the gateway's ledger (found from the kubeconfig alone):
+
+  tokenfleet usage --since 1h
 
 {_remotes(state_dir, info)}\
 Prometheus (scrapes every simulated vLLM and the gateway each second): {info.get("prometheus", "")}
@@ -120,9 +204,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     if pid is not None:
         print(f"TokenFleet is already running (pid {pid}) from {state_dir}; not starting another.")
         if info_file.exists():
-            print(_usage(state_dir, json.loads(info_file.read_text()), options.bin_dir))
+            _announce(state_dir, json.loads(info_file.read_text()), options.bin_dir)
         return 0
     state_dir.mkdir(parents=True, exist_ok=True)
+    withdraw(state_dir)  # a URL left by a stack that died without `down`
     log_file = state_dir / "logs" / "stack.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     argv = [
@@ -166,7 +251,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     while time.monotonic() < deadline:
         if info_file.exists():
             print(" done.")
-            print(_usage(state_dir, json.loads(info_file.read_text()), options.bin_dir))
+            _announce(state_dir, json.loads(info_file.read_text()), options.bin_dir)
             return 0
         if child.poll() is not None:
             print(" failed.")
@@ -182,6 +267,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     state_dir = args.state_dir.resolve()
+    withdraw(state_dir)
     pid = stack.running_pid(state_dir)
     if pid is None:
         print("TokenFleet is not running.")
@@ -209,51 +295,79 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _defaults(command: str) -> dict[str, Any]:
+    """Each command's flag defaults: ``up`` starts the whole platform, ``run`` only what it is
+    told (the tests' session fixture), ``down`` and ``status`` read only the state directory."""
+    up = command == "up"
+    return {
+        "state_dir": DEFAULT_STATE,
+        "bin_dir": DEFAULT_BIN,
+        "ports": os.environ.get("TOKENFLEET_PORTS", "default"),
+        "operator": up,
+        "platform": up,
+        "real_node": up and os.environ.get("TOKENFLEET_REAL_NODE", "1") != "0",
+        "nodes_per_zone": 2,
+        "pod_octet": "1",
+        "gpus_per_node": 8,
+        "die_with_parent": False,
+    }
+
+
+def _stack_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags every command takes, without defaults (``SUPPRESS``): they are accepted before
+    or after the command, the later one winning, and :func:`_defaults` fills in the rest."""
+    absent = argparse.SUPPRESS
+    p.add_argument("--state-dir", type=Path, default=absent)
+    p.add_argument("--bin-dir", type=Path, default=absent)
+    p.add_argument(
+        "--ports", default=absent, help="default, auto (free ports) or offset:N (default ports + N)"
+    )
+    p.add_argument(
+        "--operator",
+        action=argparse.BooleanOptionalAction,
+        default=absent,
+        help="also run the TokenFleet operator (default for up; tests run their own)",
+    )
+    p.add_argument(
+        "--platform",
+        action=argparse.BooleanOptionalAction,
+        default=absent,
+        help="also Redis, the gateway, a dev tenant and the examples (default for up)",
+    )
+    p.add_argument(
+        "--real-node",
+        action=argparse.BooleanOptionalAction,
+        default=absent,
+        help="also one real kubelet node (root; one per machine; default for up unless "
+        "TOKENFLEET_REAL_NODE=0)",
+    )
+    p.add_argument("--nodes-per-zone", type=int, default=absent)
+    p.add_argument(
+        "--pod-octet",
+        default=absent,
+        help="pods get IPs 127.N.x.y; 'auto' picks an N no other stack on this host uses",
+    )
+    p.add_argument("--gpus-per-node", type=int, default=absent)
+    p.add_argument(
+        "--die-with-parent",
+        action="store_true",
+        default=absent,
+        help="stop when the parent process dies (test fixtures)",
+    )
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tokenfleet.devstack", description=__doc__)
+    parser = _stack_flags(
+        argparse.ArgumentParser(prog="python -m tokenfleet.devstack", description=__doc__)
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn in (("up", cmd_up), ("run", cmd_run), ("down", cmd_down), ("status", cmd_status)):
-        p = sub.add_parser(name)
-        p.set_defaults(fn=fn)
-        p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE)
-        p.add_argument("--bin-dir", type=Path, default=DEFAULT_BIN)
-        p.add_argument(
-            "--ports",
-            help="default, auto (free ports) or offset:N (default ports + N)",
-            default=os.environ.get("TOKENFLEET_PORTS", "default"),
-        )
-        p.add_argument(
-            "--operator",
-            action=argparse.BooleanOptionalAction,
-            default=name == "up",
-            help="also run the TokenFleet operator (default for up; tests run their own)",
-        )
-        p.add_argument(
-            "--platform",
-            action=argparse.BooleanOptionalAction,
-            default=name == "up",
-            help="also Redis, the gateway, a dev tenant and the examples (default for up)",
-        )
-        p.add_argument(
-            "--real-node",
-            action=argparse.BooleanOptionalAction,
-            default=name == "up" and os.environ.get("TOKENFLEET_REAL_NODE", "1") != "0",
-            help="also one real kubelet node (root; one per machine; default for up unless "
-            "TOKENFLEET_REAL_NODE=0)",
-        )
-        p.add_argument("--nodes-per-zone", type=int, default=2)
-        p.add_argument(
-            "--pod-octet",
-            default="1",
-            help="pods get IPs 127.N.x.y; 'auto' picks an N no other stack on this host uses",
-        )
-        p.add_argument("--gpus-per-node", type=int, default=8)
-        p.add_argument(
-            "--die-with-parent",
-            action="store_true",
-            help="stop when the parent process dies (test fixtures)",
-        )
+        _stack_flags(sub.add_parser(name)).set_defaults(fn=fn)
     args = parser.parse_args(argv)
+    for key, value in _defaults(args.command).items():
+        if not hasattr(args, key):
+            setattr(args, key, value)
     try:
         _ports(args.ports)
     except argparse.ArgumentTypeError as exc:

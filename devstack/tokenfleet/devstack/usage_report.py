@@ -1,8 +1,9 @@
 """``tokenfleet usage``: usage you can bill from, and with ``--cost`` what it cost.
 
-Reads the gateways' usage ledger in Redis (:mod:`tokenfleet.signals.usage`), and for cost the
-pools' ``spec.cost`` (from the cluster, or ``--price``) and their GPU-hours (ready workers from
-Prometheus hour by hour, or ``--ready-gpus``), then applies the allocation rule of
+Reads the gateways' usage ledger in Redis (:mod:`tokenfleet.signals.usage`): ``--redis``, or
+found through the cluster with the kubeconfig alone (:mod:`tokenfleet.devstack.ledger_discovery`).
+For cost, the pools' ``spec.cost`` (from the cluster, or ``--price``) and their GPU-hours (ready
+workers from Prometheus hour by hour, or ``--ready-gpus``), then the allocation rule of
 :mod:`tokenfleet.api.cost` hour by hour and pool by pool. ``--plot`` draws cost per tenant per
 hour. It lives in the devstack root because it joins parts no lower layer may join: the
 gateway's Redis client, and Prometheus.
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from tokenfleet.api import cost
 from tokenfleet.api.base import from_rfc3339
+from tokenfleet.devstack import chart, ledger_address, ledger_discovery
 from tokenfleet.gateway import redis_client, usage_ledger
 from tokenfleet.signals import usage
 
@@ -262,13 +264,25 @@ def plot(
     plt.close(fig)
 
 
-def main(argv: list[str]) -> int:
-    """``tokenfleet usage``: parse, read the ledger (and prices, GPU-hours), print."""
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line of ``tokenfleet usage``."""
     parser = argparse.ArgumentParser(prog="tokenfleet usage", description=__doc__)
     parser.add_argument("--since", default="24h", help="window: 90m, 24h, 7d")
     parser.add_argument("--tenant", default="", help="one tenant (namespace/name)")
     parser.add_argument("-o", "--output", choices=("table", "json", "csv"), default="table")
-    parser.add_argument("--redis", default=os.environ.get("TOKENFLEET_REDIS_URL", ""))
+    parser.add_argument(
+        "--redis",
+        default=os.environ.get("TOKENFLEET_REDIS_URL", ""),
+        help="the ledger's Redis URL (default: found through the cluster, see below)",
+    )
+    parser.add_argument("--kubeconfig", help="where to find the ledger from ($KUBECONFIG)")
+    parser.add_argument("--context", help="the kubeconfig's context (its current one)")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        default=chart.NAMESPACE,
+        help=f"where TokenFleet's gateway is installed ({chart.NAMESPACE})",
+    )
     parser.add_argument("--cost", action="store_true", help="allocate the pools' GPU cost")
     parser.add_argument(
         "--price", action="append", default=[], metavar="NS/POOL=PRICE[:GPUS[:PTPS:OTPS]]"
@@ -283,15 +297,33 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--until", default="", help="end of the window, RFC 3339 (now)")
     parser.add_argument("--plot", type=Path, help="PNG of cost per tenant per hour")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+async def _ledger_hours(
+    args: argparse.Namespace, *, since: datetime.datetime, until: datetime.datetime
+) -> Hours:
+    """The window's hours from the ledger wherever it is (ledger_discovery finds it)."""
+    where = ledger_discovery.Where(
+        redis=args.redis, kubeconfig=args.kubeconfig, context=args.context, namespace=args.namespace
+    )
+    async with ledger_discovery.ledger_url(where) as url:
+        try:
+            return await read_hours(url, since=since, until=until)
+        except (OSError, TimeoutError, redis_client.RespError) as exc:  # NotSent is an OSError
+            raise ledger_discovery.NotFound(
+                f"the ledger at {ledger_address.redact(url)} did not answer: {exc}"
+            ) from None
+
+
+def main(argv: list[str]) -> int:
+    """``tokenfleet usage``: parse, read the ledger (and prices, GPU-hours), print."""
+    args = parse_args(argv)
     try:
         window = parse_since(args.since)
         prices = dict(parse_price(p) for p in args.price)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if not args.redis:
-        print("error: no ledger: pass --redis URL or set TOKENFLEET_REDIS_URL", file=sys.stderr)
         return 2
     try:
         until = from_rfc3339(args.until) if args.until else datetime.datetime.now(UTC)
@@ -299,7 +331,11 @@ def main(argv: list[str]) -> int:
         print(f"error: --until wants an RFC 3339 time, not {args.until!r}", file=sys.stderr)
         return 2
     since = until - window
-    hours = asyncio.run(read_hours(args.redis, since=since, until=until))
+    try:
+        hours = asyncio.run(_ledger_hours(args, since=since, until=until))
+    except ledger_discovery.NotFound as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if not args.cost:
         records = [dataclasses.asdict(r) for r in usage_rows(hours, tenant=args.tenant)]
         print(render(records, args.output))
