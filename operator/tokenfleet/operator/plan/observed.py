@@ -109,12 +109,15 @@ def _address(obj: Mapping[str, Any]) -> str:
 
 def _verdict_text(obj: Mapping[str, Any]) -> str:
     """Where a verdict is left: the pod annotation (local stack), else the engine container's
-    termination message (the worker image writes it, then exits)."""
+    termination message (the worker image writes it, then exits). A refusal from an earlier run
+    of a container that is Ready now is stale: the kubelet restarted it, and this run verified
+    (the worker starts its engine only after a pass), say once its trust Secret was fixed."""
     annotated = (obj["metadata"].get("annotations") or {}).get(labels.VERDICT, "")
     if annotated:
         return str(annotated)
     for status in obj.get("status", {}).get("containerStatuses", []) or []:
-        for state in (status.get("state") or {}, status.get("lastState") or {}):
+        earlier = {} if status.get("ready") else status.get("lastState") or {}
+        for state in (status.get("state") or {}, earlier):
             message = (state.get("terminated") or {}).get("message", "")
             if message.startswith("{"):
                 return str(message)
