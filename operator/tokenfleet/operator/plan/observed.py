@@ -36,6 +36,9 @@ class WorkerPod:
     address: str = ""
     #: Its controller.kubernetes.io/pod-deletion-cost as set ("" when none).
     deletion_cost: str = ""
+    #: The trust fingerprint a re-verification restarted it for (tokenfleet.io/trust-
+    #: fingerprint, from its template); "" for a pod no such restart made.
+    trust: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +92,7 @@ def worker_pod(obj: Mapping[str, Any]) -> WorkerPod:
         deletion_cost=(meta.get("annotations") or {}).get(
             "controller.kubernetes.io/pod-deletion-cost", ""
         ),
+        trust=str((meta.get("annotations") or {}).get(labels.TRUST_FINGERPRINT, "")),
     )
 
 
