@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import os
 import re
 import shutil
 import socket
@@ -27,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from support.cluster import Cluster, wait_for
+from support.cluster import BIN_DIR, Cluster, wait_for
 from tokenfleet.api import labels
 from tokenfleet.signing import verdict
 
@@ -294,10 +295,20 @@ def test_06_capacity_plan() -> None:
     assert out == shown, "06's README shows stale output: paste the new one"
 
 
-def test_07_quality_canary(cluster: Cluster, ns: str) -> None:
-    """Every object of the example is accepted by the API server (its CEL validation) and the
-    README walks through `kubectl tokenfleet rollout`; the rollout journey itself — the
-    quantized canary rolled back with QualityRegression, the good one promoted — runs in
+def readme_setup(readme: str) -> str:
+    """The README's first shell block up to its traffic loop, as a script: the setup a user
+    runs on the platform `make up` leaves (their own KUBECONFIG export left out)."""
+    block = readme.split("```sh\n", 1)[1].split("```", 1)[0]
+    setup = block.split("\n# traffic", 1)[0]
+    return "\n".join(line for line in setup.splitlines() if not line.startswith("export "))
+
+
+def test_07_quality_canary(cluster: Cluster, ns: str, operator: Any, tmp_path: Path) -> None:
+    """The README's setup, run as written on what `make up` leaves (example 02's trust Secret
+    applied, its artifact placed): no step conflicts with it, and the stable revision is
+    promoted, verified by example 02's key. Every object of the example is accepted by the API
+    server (its CEL validation). The rollout journey itself — the quantized canary rolled back
+    with QualityRegression, the good one promoted — runs in
     tests/integration/test_quality_gate.py."""
     folder = EXAMPLES / "07-quality-canary"
     # canary-*.yaml are the patches the README applies to the ModelDeployment, not objects.
@@ -310,6 +321,41 @@ def test_07_quality_canary(cluster: Cluster, ns: str) -> None:
         assert done.returncode == 0, (manifest.name, done.stderr)
     readme = (folder / "README.md").read_text()
     assert "kubectl tokenfleet rollout" in readme and "QualityRegression" in readme
+
+    # Example 02's artifact and trust, pinned as 02 pins them (02's make-artifact.sh re-signs).
+    pinned = yaml.safe_load((folder / "modeldeployment.yaml").read_text())["spec"]["artifact"]
+    of_02 = yaml.safe_load((EXAMPLES / "02-model-deployment/modeldeployment.yaml").read_text())
+    assert pinned == of_02["spec"]["artifact"], pinned
+
+    # What `make up` leaves: example 02's artifact placed and its trust Secret applied.
+    copy_artifact_02()
+    cluster.kubectl(
+        "apply", "-n", ns, "-f", str(EXAMPLES / "02-model-deployment/trust-secret.yaml")
+    )
+    # The user's kubectl, its context in this test's namespace (make up's is "default").
+    kubeconfig = tmp_path / "kubeconfig"
+    shutil.copy(cluster.kubeconfig, kubeconfig)
+    env = {
+        **cluster.env,
+        "KUBECONFIG": str(kubeconfig),
+        "PATH": os.pathsep.join((str(BIN_DIR), str(BIN), cluster.env.get("PATH", ""))),
+    }
+    run("kubectl", "config", "set-context", "--current", "--namespace", ns, env=env)
+    run("bash", "-euo", "pipefail", "-c", readme_setup(readme), env=env)
+
+    def promoted() -> dict[str, Any] | None:
+        obj = cluster.get("tfmodel", "support-bot", "-n", ns)
+        rollout = (obj.get("status") or {}).get("rollout") or {}
+        verified = condition(obj, "Verified").get("status") == "True"
+        return obj if rollout.get("phase") == "Promoted" and verified else None
+
+    obj = wait_for("support-bot's first revision promoted", promoted, timeout=180)
+    public = (EXAMPLES / "02-model-deployment/public.pem").read_bytes()
+    assert obj["status"]["revisions"][0]["signer"] == (
+        "key:sha256:" + hashlib.sha256(public).hexdigest()
+    )
+    shown = run("kubectl", "tokenfleet", "rollout", "status", "support-bot", env=env)
+    assert "Promoted" in shown, shown
 
 
 #: Where 08's manifests read their files from; its README copies them there.

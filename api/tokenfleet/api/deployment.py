@@ -466,6 +466,13 @@ class Revision(Model):
         "UntrustedSigner or ArtifactUnreachable; empty until a worker has reported.",
     )
     signer: str = Field(default="", description="Who signed the artifact, once verified.")
+    trust_fingerprint: str = Field(
+        default="",
+        description="The trust its latest verification began under: sha256 of the public key "
+        "in the trust Secret (absent: no such Secret or key; sigstore: a keyless identity, "
+        "fixed by the spec). A refused revision is verified again when its trust Secret no "
+        "longer matches this.",
+    )
     ready_replicas: int = Field(default=0, description="Ready replicas of this revision.")
     weight: int = Field(default=0, description="Percent of traffic it receives.")
 

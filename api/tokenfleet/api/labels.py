@@ -49,3 +49,8 @@ SIM_VERIFY_ARTIFACT = "sim.tokenfleet.io/verify-artifact"
 #: On a worker pod: the artifact verification verdict (JSON, tokenfleet.signing.verdict), where
 #: the operator can read it; the node agent writes it in the local stack.
 VERDICT = f"{PREFIX}/verdict"
+#: On a worker Deployment's pod template (so on its pods): the trust fingerprint its workers
+#: were restarted to verify against, after a refusal under a trust Secret that has changed
+#: since. The operator sets it as `kubectl rollout restart` sets its annotation; a pod without
+#: it was started before any such restart.
+TRUST_FINGERPRINT = f"{PREFIX}/trust-fingerprint"

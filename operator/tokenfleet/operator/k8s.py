@@ -25,6 +25,9 @@ from tokenfleet.api.base import API_GROUP_VERSION, rfc3339
 from tokenfleet.operator.plan.reporting import Event
 
 FIELD_MANAGER = "tokenfleet-operator"
+#: The manager of the restart annotation on worker pod templates (Kube.restart): not the one that
+#: applies the Deployments, whose applies would otherwise remove a field they do not name.
+RESTART_FIELD_MANAGER = "tokenfleet-operator-restart"
 #: Ask the API server for objects' metadata only (PartialObjectMetadata), not their content.
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 _RETRIES = 3
@@ -151,8 +154,8 @@ class Kube:
         return [item.get("metadata") or {} for item in (reply or {}).get("items") or []]
 
     def trust_key(self, namespace: str, name: str, key: str) -> bytes | None:
-        """One key of the Secret a ModelDeployment names as its adapters' trust (a public key);
-        None when the Secret or key is missing.
+        """One key of the Secret a ModelDeployment names as its artifact's or its adapters'
+        trust (a public key); None when the Secret or key is missing.
 
         Asked for by name (a field-selected list: the chart grants ``list``, not ``get``), so
         this reads exactly the trust Secret a spec names and no other Secret's data.
@@ -220,6 +223,19 @@ class Kube:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    def restart(self, namespace: str, deployment: str, key: str, value: str) -> None:
+        """Set one annotation on a Deployment's pod template, as `kubectl rollout restart` does:
+        a new value rolls its pods (the same value changes nothing). A merge patch under its own
+        field manager, so the operator's server-side applies, which never name the key, keep it.
+        """
+        self._call(
+            "PATCH",
+            _path("apps/v1", "Deployment", namespace, deployment),
+            body={"spec": {"template": {"metadata": {"annotations": {key: value}}}}},
+            content_type="application/merge-patch+json",
+            query=[("fieldManager", RESTART_FIELD_MANAGER)],
+        )
 
     def annotate(self, namespace: str, pod: str, key: str, value: str) -> None:
         """Set one annotation on a pod (a merge patch: nothing else moves); gone pods are fine."""

@@ -21,6 +21,7 @@ import kopf
 import pydantic
 from kubernetes.client.exceptions import ApiException
 
+from tokenfleet.api import labels
 from tokenfleet.api.adapter import ModelAdapterSpec, ModelAdapterStatus
 from tokenfleet.api.base import Condition, Model, rfc3339
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
@@ -42,6 +43,7 @@ from tokenfleet.operator.plan import (
     pools,
     route_status,
     tenant_status,
+    verification,
 )
 from tokenfleet.operator.plan.reporting import Event
 from tokenfleet.operator.policy import analysis, deletion_cost, rollout, scaling, signal_health
@@ -124,6 +126,9 @@ class Reconciler:
         self.seen_ready: dict[str, bool | None] = {}
         self.seen_intent: dict[str, str] = {}  # uid → wakeups.intent of our objects
         self.analysed: dict[str, float] = {}  # uid → unix seconds of last analysis
+        # model uid → its refused pods whose workers were restarted to verify again, until the
+        # index drops them: until a replacement shows in the index, nothing else marks them stale
+        self.reverifying: dict[str, set[str]] = {}
         self.gate = evidence.GateEvidence(kube=kube, signals=signals)
         self.adapter_verifier = AdapterVerifier(kube, self.wake.set)
         self.adapter_written: dict[str, float] = {}  # uid → monotonic time of its last write
@@ -153,7 +158,7 @@ class Reconciler:
             for i in (self.indexes.pools, self.indexes.models)
             for b in _bodies(i)
         }
-        for held in (self.scaling, self.analysed):
+        for held in (self.scaling, self.analysed, self.reverifying):
             for uid in held.keys() - live:  # deleted: forget it
                 del held[uid]
         if self.exporter is not None:
@@ -487,7 +492,10 @@ class Reconciler:
         spec = ModelDeploymentSpec.model_validate(body.get("spec", {}))
         existing = frozenset(n for (pool_ns, n) in self.indexes.pools if pool_ns == ns)
         current = _status_of(ModelDeploymentStatus, body)
-        pods = [p for pool in spec.pools for p in _items(self.indexes.pods, (ns, pool))]
+        pods = self._not_reverifying(
+            meta["uid"], [p for pool in spec.pools for p in _items(self.indexes.pods, (ns, pool))]
+        )
+        trust, recheck = await self._recheck(body, spec, current, pods)
         gathered = await self.gate.gather(
             namespace=ns,
             name=meta["name"],
@@ -511,9 +519,86 @@ class Reconciler:
                 pods=pods,
                 now=now,
                 evidence=gathered,
+                trust=trust,
+                recheck=recheck,
             )
         )
         await self._report(body, "ModelDeployment", status.to_wire(), events, now)
+
+    async def _recheck(
+        self,
+        body: dict[str, Any],
+        spec: ModelDeploymentSpec,
+        status: ModelDeploymentStatus | None,
+        pods: list[observed.WorkerPod],
+    ) -> tuple[str | None, verification.Recheck]:
+        """This pass's trust fingerprint, and whether a refusal of the spec's revision still
+        stands; restarts its workers when not (before status says so: a failed patch is tried
+        again next pass)."""
+        ns = body["metadata"]["namespace"]
+        trust = await self._trust(ns, spec, status)
+        recheck = verification.plan(
+            namespace=ns,
+            spec=spec,
+            status=status,
+            pods=pods,
+            sets=[s for pool in spec.pools for s in _items(self.indexes.sets, (ns, pool))],
+            current=trust,
+        )
+        await self._reverify(body, recheck)
+        return trust, recheck
+
+    async def _trust(
+        self, ns: str, spec: ModelDeploymentSpec, status: ModelDeploymentStatus | None
+    ) -> str | None:
+        """The trust fingerprint, with the Secret read only while the spec's revision is new
+        or refused (plan.verification.needs_trust); None when not read or unreadable."""
+        key = spec.artifact.trust.public_key
+        if key is None:
+            return verification.fingerprint(spec.artifact.trust, None)
+        if not verification.needs_trust(spec, status):
+            return None
+        try:
+            pem = await asyncio.to_thread(self.kube.trust_key, ns, key.name, key.key)
+        except ApiException as exc:  # decide nothing on it; the next pass reads again
+            log.warning("cannot read trust Secret %s/%s: %s", ns, key.name, exc.reason)
+            return None
+        return verification.fingerprint(spec.artifact.trust, pem)
+
+    async def _reverify(self, body: dict[str, Any], recheck: verification.Recheck) -> None:
+        """Restart the revision's workers whose refusal no longer stands: their new pods verify
+        against the trust as it is now."""
+        if not recheck.decision.reverify:
+            return
+        meta = body["metadata"]
+        log.info(
+            "ModelDeployment %s/%s: revision %s: %s; restarting %s to verify again",
+            meta["namespace"],
+            meta["name"],
+            recheck.revision,
+            recheck.detail,
+            ", ".join(recheck.restart) or "no worker Deployment yet",
+        )
+        for deployment in recheck.restart:
+            await asyncio.to_thread(
+                self.kube.restart,
+                meta["namespace"],
+                deployment,
+                labels.TRUST_FINGERPRINT,
+                recheck.decision.fingerprint,
+            )
+        self.reverifying.setdefault(meta["uid"], set()).update(recheck.stale)
+
+    def _not_reverifying(
+        self, uid: str, pods: list[observed.WorkerPod]
+    ) -> list[observed.WorkerPod]:
+        """The pods without the refused ones this process restarted (forgotten once the index
+        no longer lists them)."""
+        restarted = self.reverifying.get(uid)
+        if not restarted:
+            return pods
+        restarted.intersection_update(p.name for p in pods)
+        return [p for p in pods if p.name not in restarted]
 
     async def _analyse(
         self, body: dict[str, Any], spec: ModelDeploymentSpec, now: datetime.datetime

@@ -161,6 +161,36 @@ def _pod(annotations: dict[str, str], statuses: list[dict[str, object]]) -> dict
         ),
         pytest.param(
             _pod(
+                {},
+                [
+                    {
+                        "name": "vllm",
+                        "ready": True,
+                        "state": {"running": {"startedAt": "2026-01-01T12:01:00Z"}},
+                        "lastState": {"terminated": {"exitCode": 3, "message": REFUSED}},
+                    }
+                ],
+            ),
+            "",
+            id="refusal-of-a-run-before-the-ready-one-is-stale",
+        ),
+        pytest.param(
+            _pod(
+                {},
+                [
+                    {
+                        "name": "vllm",
+                        "ready": False,
+                        "state": {"running": {"startedAt": "2026-01-01T12:01:00Z"}},
+                        "lastState": {"terminated": {"exitCode": 3, "message": REFUSED}},
+                    }
+                ],
+            ),
+            REFUSED,
+            id="refusal-stands-while-the-next-run-verifies",
+        ),
+        pytest.param(
+            _pod(
                 {}, [{"name": "vllm", "state": {"terminated": {"message": "CUDA out of memory"}}}]
             ),
             "",

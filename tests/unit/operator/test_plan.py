@@ -550,6 +550,7 @@ def test_the_model_status_written_has_the_shape_the_crd_stores() -> None:
         "verified",
         "reason",
         "signer",
+        "trustFingerprint",
         "readyReplicas",
         "weight",
     }

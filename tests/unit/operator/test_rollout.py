@@ -45,6 +45,9 @@ OBSERVATIONS = {
     Outcome.PROMOTE: Observation(outcome=Outcome.PROMOTE),
     Outcome.UNCHANGED: Observation(outcome=Outcome.UNCHANGED),
     Outcome.NEW_REVISION: Observation(outcome=Outcome.NEW_REVISION, revision=N),
+    Outcome.TRUST_CHANGED: Observation(
+        outcome=Outcome.TRUST_CHANGED, revision=C, detail="trust Secret ns/k changed"
+    ),
 }
 
 STABLE_ONLY = {S: 100}
@@ -68,6 +71,7 @@ TABLE: dict[tuple[Phase, Outcome], tuple[Phase, dict[str, int], Why]] = {
     (P.VERIFYING, Out.PROMOTE): (P.VERIFYING, STABLE_ONLY, Why.UNCHANGED),  # never skip verify
     (P.VERIFYING, Out.UNCHANGED): (P.VERIFYING, STABLE_ONLY, Why.UNCHANGED),
     (P.VERIFYING, Out.NEW_REVISION): (P.VERIFYING, STABLE_ONLY, Why.SUPERSEDED),
+    (P.VERIFYING, Out.TRUST_CHANGED): (P.VERIFYING, STABLE_ONLY, Why.UNCHANGED),  # not refused
     (P.PROGRESSING, Out.VERIFIED): (P.PROGRESSING, STEP1, Why.UNCHANGED),
     (P.PROGRESSING, Out.VERIFICATION_FAILED): (P.BLOCKED, STABLE_ONLY, Why.VERIFICATION_FAILED),
     (P.PROGRESSING, Out.ANALYSIS_PASSED): (P.PROGRESSING, STEP2, Why.STEP_PASSED),
@@ -81,6 +85,7 @@ TABLE: dict[tuple[Phase, Outcome], tuple[Phase, dict[str, int], Why]] = {
     (P.PROGRESSING, Out.PROMOTE): (P.PROMOTED, PROMOTED_C, Why.MANUAL_PROMOTE),
     (P.PROGRESSING, Out.UNCHANGED): (P.PROGRESSING, STEP1, Why.UNCHANGED),
     (P.PROGRESSING, Out.NEW_REVISION): (P.VERIFYING, STABLE_ONLY, Why.SUPERSEDED),
+    (P.PROGRESSING, Out.TRUST_CHANGED): (P.PROGRESSING, STEP1, Why.UNCHANGED),
     (P.PAUSED, Out.VERIFIED): (P.PAUSED, STEP1, Why.UNCHANGED),
     (P.PAUSED, Out.VERIFICATION_FAILED): (P.BLOCKED, STABLE_ONLY, Why.VERIFICATION_FAILED),
     (P.PAUSED, Out.ANALYSIS_PASSED): (P.PAUSED, STEP1, Why.PAUSED),  # paused: no step up
@@ -94,6 +99,7 @@ TABLE: dict[tuple[Phase, Outcome], tuple[Phase, dict[str, int], Why]] = {
     (P.PAUSED, Out.PROMOTE): (P.PROMOTED, PROMOTED_C, Why.MANUAL_PROMOTE),
     (P.PAUSED, Out.UNCHANGED): (P.PAUSED, STEP1, Why.UNCHANGED),
     (P.PAUSED, Out.NEW_REVISION): (P.VERIFYING, STABLE_ONLY, Why.SUPERSEDED),
+    (P.PAUSED, Out.TRUST_CHANGED): (P.PAUSED, STEP1, Why.UNCHANGED),
     **{
         (P.PROMOTED, o): (P.PROMOTED, STABLE_ONLY, Why.UNCHANGED)
         for o in Outcome
@@ -109,9 +115,11 @@ TABLE: dict[tuple[Phase, Outcome], tuple[Phase, dict[str, int], Why]] = {
     **{
         (P.BLOCKED, o): (P.BLOCKED, STABLE_ONLY, Why.UNCHANGED)
         for o in Outcome
-        if o not in (Out.NEW_REVISION, Out.VERIFIED)
+        if o not in (Out.NEW_REVISION, Out.VERIFIED, Out.TRUST_CHANGED)
     },
     (P.BLOCKED, Out.VERIFIED): (P.PROGRESSING, STEP1, Why.VERIFIED),  # e.g. unreachable, then ok
+    # the key it was refused under was replaced: verify again, still no traffic
+    (P.BLOCKED, Out.TRUST_CHANGED): (P.VERIFYING, STABLE_ONLY, Why.TRUST_CHANGED),
     (P.BLOCKED, Out.NEW_REVISION): (P.VERIFYING, STABLE_ONLY, Why.SUPERSEDED),
 }
 
@@ -268,6 +276,37 @@ def test_going_back_to_stable_drops_the_canary(phase: Phase) -> None:
     # Going forward again is a fresh attempt.
     again = rollout.decide(decision.state, new(C), steps=STEPS, now=NOW)
     assert again.state.phase is Phase.VERIFYING
+
+
+def test_a_blocked_canary_whose_trust_changed_verifies_again_and_then_steps_up() -> None:
+    changed = Observation(outcome=Out.TRUST_CHANGED, revision=C, detail="trust Secret ns/k changed")
+    refused = Observation(
+        outcome=Out.VERIFICATION_FAILED, detail="UntrustedSigner", remedy="update the Secret"
+    )
+    decisions = run(PROMOTED_S, new(C), refused, changed, Out.VERIFIED)
+    blocked, again, verified = decisions[1:]
+    assert blocked.state.phase is Phase.BLOCKED
+    assert blocked.message.endswith("stable keeps all traffic; update the Secret")
+    assert (again.state.phase, again.why, again.notable) == (
+        Phase.VERIFYING,
+        Why.TRUST_CHANGED,
+        True,
+    )
+    assert again.state.reason == "TrustChanged" and again.state.step_started == NOW + 60
+    assert "trust Secret ns/k changed" in again.message and dict(again.weights) == STABLE_ONLY
+    assert verified.state.phase is Phase.PROGRESSING and dict(verified.weights) == STEP1
+
+
+@pytest.mark.parametrize(
+    "revision",
+    [pytest.param(N, id="another-revision"), pytest.param(S, id="the-stable")],
+)
+def test_a_trust_change_of_another_revision_leaves_a_blocked_canary_blocked(
+    revision: str,
+) -> None:
+    changed = Observation(outcome=Out.TRUST_CHANGED, revision=revision)
+    decision = rollout.decide(STATES[Phase.BLOCKED], changed, steps=STEPS, now=NOW)
+    assert decision.state == STATES[Phase.BLOCKED] and decision.why is Why.UNCHANGED
 
 
 def test_resume_restarts_the_hold_of_the_current_step() -> None:

@@ -142,6 +142,8 @@ class Seen:
     """What one reconcile pass saw, as values."""
 
     revision: str  # the spec's revision (artifact + engine hash)
+    #: TRUST_CHANGED when a refusal of that revision no longer stands (plan.verification)
+    recheck: rollout.Observation | None = None
     verification: rollout.Observation | None = None  # from that revision's pods
     judgment: analysis.Judgment | None = None  # a canary analysis, when one was due
 
@@ -158,9 +160,12 @@ class Advance:
 
 def observations(spec: Rollout, seen: Seen) -> list[rollout.Observation]:
     """The pass's observations in the order they apply: the spec's revision first (a new one
-    starts over), then verification, the manual controls (levels in the spec), and last the
-    analysis or, without one, a timer tick so a passed step's hold can end."""
+    starts over), then a changed trust (a blocked revision verifies again), verification, the
+    manual controls (levels in the spec), and last the analysis or, without one, a timer tick
+    so a passed step's hold can end."""
     out = [rollout.Observation(outcome=rollout.Outcome.NEW_REVISION, revision=seen.revision)]
+    if seen.recheck is not None:
+        out.append(seen.recheck)
     if seen.verification is not None:
         out.append(seen.verification)
     if spec.abort:

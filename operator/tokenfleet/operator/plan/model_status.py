@@ -19,7 +19,7 @@ from tokenfleet.api.deployment import (
     Revision,
     RolloutStatus,
 )
-from tokenfleet.operator.plan import canary, desired, gate, observed, reporting
+from tokenfleet.operator.plan import canary, desired, gate, observed, reporting, verification
 from tokenfleet.operator.plan.reporting import Event, condition
 from tokenfleet.operator.policy import analysis, rollout
 
@@ -56,6 +56,10 @@ class ModelInputs:
     #: the whole gate's evidence (quality replay, custom checks, throughput); when set, its
     #: latency judgment is used instead of ``judgment``
     evidence: gate.Evidence | None = None
+    #: this pass's trust fingerprint (plan.verification), None when it was not read
+    trust: str | None = None
+    #: the spec's revision against that trust; its stale pods are left out of this pass
+    recheck: verification.Recheck | None = None
 
 
 def _availability(inputs: ModelInputs, ready: int) -> tuple[Phase, bool, str, str]:
@@ -115,6 +119,9 @@ def _revision_entry(
     starts — the worker image's entrypoint on a kubelet, the node agent on the local platform —
     and on a kubelet a pass leaves no record the operator can read (it is in the log only)."""
     before = next((r for r in old if r.name == name), Revision(name=name, digest=""))
+    recheck = inputs.recheck if inputs.recheck and inputs.recheck.revision == name else None
+    if recheck is not None and recheck.decision.reverify:  # its refusal no longer stands
+        before = Revision(name=name, digest=before.digest)
     ready = _ready(inputs.pods, name)
     seen = canary.verdict_of(inputs.pods, name)
     if seen is not None:
@@ -130,6 +137,7 @@ def _revision_entry(
         verified=verified,
         reason=reason,
         signer=signer,
+        trust_fingerprint=recheck.decision.fingerprint if recheck else before.trust_fingerprint,
         ready_replicas=ready,
         weight=int(weights.get(name, 0)),
     )
@@ -150,16 +158,31 @@ def _verified(inputs: ModelInputs, state: rollout.State, entries: Sequence[Revis
         return (
             False,
             state.reason,
-            f"revision {revision} refused ({state.reason}); stable {stable} keeps all traffic",
+            _remedied(
+                inputs,
+                state.reason,
+                f"revision {revision} refused ({state.reason}); stable {stable} keeps all traffic",
+            ),
         )
+    if state.phase is rollout.Phase.VERIFYING and state.reason == rollout.Why.TRUST_CHANGED:
+        return (False, "Verifying", f"its trust changed: verifying revision {revision} again")
     entry = next((e for e in entries if e.name == revision), None)
     if entry and entry.verified and entry.signer:
         return (True, "Verified", f"revision {revision} verified, signed by {entry.signer}")
     if entry and entry.verified:
         return (True, "Verified", _verified_before_serving(revision, entry.ready_replicas))
     if entry and entry.reason:  # a refusal outside a rollout: the stable's pods restarted
-        return (False, entry.reason, f"revision {revision} refused ({entry.reason})")
+        refusal = f"revision {revision} refused ({entry.reason})"
+        return (False, entry.reason, _remedied(inputs, entry.reason, refusal))
     return (False, "Verifying", f"waiting for revision {revision}'s workers to verify it")
+
+
+def _remedied(inputs: ModelInputs, reason: str, message: str) -> str:
+    """The message, then what would fix the refusal (when the reason is one)."""
+    fix = verification.remedy(
+        reason, namespace=inputs.namespace, spec=inputs.spec, current=inputs.trust
+    )
+    return f"{message}; {fix}" if fix else message
 
 
 def _verified_before_serving(revision: str, ready: int) -> str:
@@ -189,6 +212,7 @@ def _rollout_conditions(state: rollout.State, message: str) -> list[tuple[str, V
 def plan_model(inputs: ModelInputs) -> tuple[ModelDeploymentStatus, list[Event]]:
     """New status and the events its changes deserve: the rollout advanced by what this pass
     saw, the revisions with their traffic weights, and the conditions."""
+    inputs = _without_stale(inputs)
     spec, now, gen = inputs.spec, inputs.now, inputs.generation
     revision = desired.revision_of(spec)
     old = inputs.status
@@ -203,7 +227,8 @@ def plan_model(inputs: ModelInputs) -> tuple[ModelDeploymentStatus, list[Event]]
     judgment = gated.judgment
     seen = canary.Seen(
         revision=revision,
-        verification=canary.verification(inputs.pods, revision),
+        recheck=inputs.recheck.observation() if inputs.recheck else None,
+        verification=_with_remedy(inputs, canary.verification(inputs.pods, revision)),
         judgment=judgment,
     )
     moved = canary.advance(canary.state_of(old), spec=spec.rollout, seen=seen, now=now.timestamp())
@@ -250,6 +275,26 @@ def plan_model(inputs: ModelInputs) -> tuple[ModelDeploymentStatus, list[Event]]
     )
     events = _quality_events(gated) + [_event(d) for d in moved.notable]
     return status, events + _availability_events(old_conditions, conditions, availability)
+
+
+def _without_stale(inputs: ModelInputs) -> ModelInputs:
+    """Plan without the pods whose refusals no longer count (their workers were restarted to
+    verify again; they linger until their replacements are Ready)."""
+    stale = frozenset(inputs.recheck.stale if inputs.recheck else ())
+    if not stale:
+        return inputs
+    return dataclasses.replace(inputs, pods=[p for p in inputs.pods if p.name not in stale])
+
+
+def _with_remedy(
+    inputs: ModelInputs, seen: rollout.Observation | None
+) -> rollout.Observation | None:
+    if seen is None or seen.outcome is not rollout.Outcome.VERIFICATION_FAILED:
+        return seen
+    fix = verification.remedy(
+        seen.detail, namespace=inputs.namespace, spec=inputs.spec, current=inputs.trust
+    )
+    return dataclasses.replace(seen, remedy=fix)
 
 
 def _quality_events(gated: gate.Gate) -> list[Event]:

@@ -36,6 +36,9 @@ class WorkerPod:
     address: str = ""
     #: Its controller.kubernetes.io/pod-deletion-cost as set ("" when none).
     deletion_cost: str = ""
+    #: The trust fingerprint a re-verification restarted it for (tokenfleet.io/trust-
+    #: fingerprint, from its template); "" for a pod no such restart made.
+    trust: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +92,7 @@ def worker_pod(obj: Mapping[str, Any]) -> WorkerPod:
         deletion_cost=(meta.get("annotations") or {}).get(
             "controller.kubernetes.io/pod-deletion-cost", ""
         ),
+        trust=str((meta.get("annotations") or {}).get(labels.TRUST_FINGERPRINT, "")),
     )
 
 
@@ -109,12 +113,15 @@ def _address(obj: Mapping[str, Any]) -> str:
 
 def _verdict_text(obj: Mapping[str, Any]) -> str:
     """Where a verdict is left: the pod annotation (local stack), else the engine container's
-    termination message (the worker image writes it, then exits)."""
+    termination message (the worker image writes it, then exits). A refusal from an earlier run
+    of a container that is Ready now is stale: the kubelet restarted it, and this run verified
+    (the worker starts its engine only after a pass), say once its trust Secret was fixed."""
     annotated = (obj["metadata"].get("annotations") or {}).get(labels.VERDICT, "")
     if annotated:
         return str(annotated)
     for status in obj.get("status", {}).get("containerStatuses", []) or []:
-        for state in (status.get("state") or {}, status.get("lastState") or {}):
+        earlier = {} if status.get("ready") else status.get("lastState") or {}
+        for state in (status.get("state") or {}, earlier):
             message = (state.get("terminated") or {}).get("message", "")
             if message.startswith("{"):
                 return str(message)

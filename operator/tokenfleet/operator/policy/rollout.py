@@ -3,9 +3,9 @@
 Phases::
 
     Verifying ──verified──▶ Progressing(step i) ──pass & hold──▶ … ──last step──▶ Promoted
-        │                    │   ▲      │
-        │failed              │   │      └──analysis failed / abort──▶ RolledBack
-        ▼                    ▼   │resume
+      │   ▲                  │   ▲      │
+      │   │trust changed     │   │      └──analysis failed / abort──▶ RolledBack
+      ▼   │                  ▼   │resume
      Blocked              Paused
 
 The first revision a deployment ever has is promoted as soon as it verifies (there is nothing to
@@ -19,7 +19,9 @@ spec yields ``UNCHANGED`` (or ``NEW_REVISION`` naming the stable or current cana
 which never restarts a finished rollout. Manual controls are levels in the spec (``paused``,
 ``abort``, ``promote``): they act only where they make sense — promote never skips
 verification and never revives a rolled-back or blocked revision; abort and promote do nothing
-once the rollout has finished. The state is small and lives in status, so an operator restart
+once the rollout has finished. A blocked revision verifies again when the trust it was refused
+under changes (``TRUST_CHANGED``: policy.reverify decides that); stable keeps all traffic
+meanwhile, as while Verifying. The state is small and lives in status, so an operator restart
 resumes at the same step.
 """
 
@@ -59,6 +61,7 @@ class Outcome(enum.StrEnum):
     PROMOTE = "Promote"
     UNCHANGED = "Unchanged"
     NEW_REVISION = "NewRevision"
+    TRUST_CHANGED = "TrustChanged"  # the trust a refusal was made under is no longer current
 
 
 class Why(enum.StrEnum):
@@ -81,6 +84,7 @@ class Why(enum.StrEnum):
     MANUAL_PROMOTE = "ManualPromote"
     PROMOTED = "Promoted"
     UNCHANGED = "Unchanged"
+    TRUST_CHANGED = "TrustChanged"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,11 +117,13 @@ class State:
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Observation:
     """An outcome, with the revision it names (NEW_REVISION) or its detail (a verifier's
-    reason for VERIFICATION_FAILED, the analysis summary for analysis outcomes)."""
+    reason for VERIFICATION_FAILED, the analysis summary for analysis outcomes, what changed
+    for TRUST_CHANGED); ``remedy`` says what would fix a VERIFICATION_FAILED."""
 
     outcome: Outcome
     revision: str = ""
     detail: str = ""
+    remedy: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,8 +271,11 @@ def _verifying(state: State, seen: Observation, steps: Sequence[Step], now: floa
                 blocked,
                 steps,
                 Why.VERIFICATION_FAILED,
-                f"revision {state.canary} failed verification ({seen.detail}); "
-                "rollout halted, stable keeps all traffic",
+                _remedied(
+                    f"revision {state.canary} failed verification ({seen.detail}); "
+                    "rollout halted, stable keeps all traffic",
+                    seen,
+                ),
                 reason=seen.detail or Why.VERIFICATION_FAILED.value,
             )
         case Outcome.ABORT:
@@ -344,8 +353,11 @@ def _in_flight(state: State, seen: Observation, steps: Sequence[Step], now: floa
                 blocked,
                 steps,
                 Why.VERIFICATION_FAILED,
-                f"canary {state.canary} pods failed verification ({seen.detail}); "
-                "traffic returned to stable",
+                _remedied(
+                    f"canary {state.canary} pods failed verification ({seen.detail}); "
+                    "traffic returned to stable",
+                    seen,
+                ),
                 reason=seen.detail or Why.VERIFICATION_FAILED.value,
             )
         case Outcome.ABORT:
@@ -361,16 +373,33 @@ def _in_flight(state: State, seen: Observation, steps: Sequence[Step], now: floa
     return None
 
 
+def _remedied(message: str, seen: Observation) -> str:
+    return f"{message}; {seen.remedy}" if seen.remedy else message
+
+
 def _blocked(state: State, seen: Observation, steps: Sequence[Step], now: float) -> _Result:
-    if seen.outcome is Outcome.VERIFIED:
-        # ArtifactUnreachable is often transient: pods that verify later may start the canary.
-        return _start(
-            state,
-            steps,
-            now,
-            Why.VERIFIED,
-            f"revision {state.canary} verified after all; canary at {steps[0].weight}%",
-        )
+    match seen.outcome:
+        case Outcome.VERIFIED:
+            # ArtifactUnreachable is often transient: pods that verify later may start the canary.
+            return _start(
+                state,
+                steps,
+                now,
+                Why.VERIFIED,
+                f"revision {state.canary} verified after all; canary at {steps[0].weight}%",
+            )
+        case Outcome.TRUST_CHANGED if seen.revision in ("", state.canary):
+            again = dataclasses.replace(
+                state, phase=Phase.VERIFYING, step=0, step_started=now, step_passed=False
+            )
+            changed = f" ({seen.detail})" if seen.detail else ""
+            return _to(
+                again,
+                steps,
+                Why.TRUST_CHANGED,
+                f"the trust revision {state.canary} was refused under changed{changed}; "
+                "verifying it again before any traffic",
+            )
     return None
 
 
