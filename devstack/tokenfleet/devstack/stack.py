@@ -367,7 +367,17 @@ class Stack:
         kubectl = str(self.options.bin_dir / "kubectl")
         env = {**os.environ, "KUBECONFIG": str(self.files.kubeconfig)}
         for argv in (
-            [kubectl, "apply", "--server-side", "-f", str(self.options.crds_dir)],
+            # --force-conflicts: the chart (field manager helm) installed the previous version
+            # of these CRDs on a platform started before; the repository's are the truth now
+            # (docs/install.md: upgrade the CRDs first, with the same flag)
+            [
+                kubectl,
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "-f",
+                str(self.options.crds_dir),
+            ],
             [
                 kubectl,
                 "wait",

@@ -627,6 +627,13 @@ class Reconciler:
         if samples[0] is None or samples[1] is None:
             return None
         judgment = analysis.judge(samples[0], samples[1], canary.thresholds_of(spec.rollout))
+        if judgment.outcome is rollout.Outcome.INSUFFICIENT_SAMPLES:  # say why it waits
+            targets = await asyncio.to_thread(self.signals.targets)
+            if targets is not None:
+                problems = {
+                    job: signal_health.job_problem(job, targets.get(job)) for job in jobs.ALL
+                }
+                judgment = analysis.explained(judgment, problems)
         # every interval: debug only; status.rollout.lastAnalysis and Events carry the news
         log.debug("ModelDeployment %s: canary %s: %s", key, state.canary, judgment.message)
         return judgment

@@ -214,3 +214,38 @@ def test_artifact_or_engine_changes_make_a_new_revision(changed: dict[str, objec
 )
 def test_other_changes_keep_the_revision(changed: dict[str, object]) -> None:
     assert revisions.revision_hash(spec(**changed)) == revisions.revision_hash(spec())
+
+
+@pytest.mark.parametrize(
+    ("message", "problems", "want"),
+    [
+        pytest.param(
+            "no breach so far, but canary error rate missing: cannot pass yet",
+            {"tokenfleet-gateway": "job tokenfleet-gateway has no up target (0 of 1 up)"},
+            "(error rate: job tokenfleet-gateway has no up target (0 of 1 up))",
+            id="gateway-not-scraped",
+        ),
+        pytest.param(
+            "no breach so far, but canary inter-token, stable inter-token missing: cannot pass yet",
+            {"vllm": None},
+            "(inter-token: inter-token latency needs answers of two or more tokens)",
+            id="engines-up-one-token-answers",
+        ),
+        pytest.param(
+            "no breach so far, but canary TTFT, canary error rate missing: cannot pass yet",
+            {"vllm": "job vllm has no target", "tokenfleet-gateway": None},
+            "(TTFT: job vllm has no target; error rate: no gateway routed",
+            id="each-input-its-own-cause",
+        ),
+    ],
+)
+def test_a_waiting_analysis_says_why_its_inputs_are_missing(
+    message: str, problems: dict[str, str | None], want: str
+) -> None:
+    waiting = analysis.Judgment(outcome=Outcome.INSUFFICIENT_SAMPLES, message=message)
+    assert want in analysis.explained(waiting, problems).message
+
+
+def test_a_verdict_is_not_explained() -> None:
+    failed = analysis.Judgment(outcome=Outcome.ANALYSIS_FAILED, message="error rate 5% > 1%")
+    assert analysis.explained(failed, {"vllm": "job vllm has no target"}) == failed

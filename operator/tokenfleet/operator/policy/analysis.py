@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 
 from tokenfleet.operator.policy.rollout import Outcome
+from tokenfleet.signals import jobs
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,6 +118,32 @@ def judge(canary: Sample, stable: Sample, thresholds: Thresholds) -> Judgment:
         outcome=Outcome.ANALYSIS_PASSED,
         message=f"canary within thresholds over {canary.requests} requests",
     )
+
+
+#: Which scrape job each analysis input comes from: latency from the engines, errors from the
+#: gateways (tokenfleet.signals.jobs names them).
+SOURCES = {"TTFT": jobs.WORKERS, "inter-token": jobs.WORKERS, "error rate": jobs.GATEWAY}
+#: A reason an input can be missing while its job is scraped fine.
+_QUIET = {
+    "inter-token": "inter-token latency needs answers of two or more tokens",
+    "TTFT": "no request reached these engines in the window",
+    "error rate": "no gateway routed a request to this revision in the window",
+}
+
+
+def explained(judgment: Judgment, problems: dict[str, str | None]) -> Judgment:
+    """A judgment waiting on missing inputs, with each input's likely cause: its scrape job's
+    problem (``problems``: job → why it yields nothing, None when it is up) or, when the job
+    is up, what else leaves that series empty. Any other judgment is returned as it is."""
+    if judgment.outcome is not Outcome.INSUFFICIENT_SAMPLES or "missing" not in judgment.message:
+        return judgment
+    causes: list[str] = []
+    for name, job in SOURCES.items():
+        if f" {name}" not in judgment.message:
+            continue
+        cause = problems.get(job) or _QUIET[name]
+        causes.append(f"{name}: {cause}")
+    return dataclasses.replace(judgment, message=f"{judgment.message} ({'; '.join(causes)})")
 
 
 # --- custom PromQL checks and the whole gate ---------------------------------------------------
