@@ -1,0 +1,110 @@
+"""Run an example's README as a user would: its ``sh`` blocks, in order, through bash, from the
+repository root, on the platform `make up` leaves.
+
+The only rewrites are where the test's platform differs from a user's: its state folder (a
+user's is ``.tokenfleet/``) and its ports (a user's gateway is on 127.0.0.1:8080, Prometheus on
+127.0.0.1:9090), because the test cannot take a developer's ports or state. Everything else —
+commands, files, flags, the order — is the README's. A block that leaves a job running in the
+background (``… &``, a traffic loop) keeps it until :meth:`Readme.stop`, which ends every
+process the blocks started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+MARK = "__tokenfleet_readme_var__ "
+FENCE = re.compile(r"^```sh\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def blocks(readme: Path) -> list[str]:
+    """The README's ``sh`` blocks, in order."""
+    return [m.group(1) for m in FENCE.finditer(readme.read_text())]
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class Platform:
+    """What `make up` printed, for the test's platform."""
+
+    state: Path  # the state folder (a user's .tokenfleet/)
+    gateway: str  # http://127.0.0.1:PORT
+    prometheus: str
+
+    def env(self) -> dict[str, str]:
+        """The environment after the two lines `make up` prints (KUBECONFIG, PATH)."""
+        return {
+            **os.environ,
+            "KUBECONFIG": str(self.state / "kubeconfig"),
+            "PATH": f"{self.state / 'bin'}:{os.environ['PATH']}",
+        }
+
+    def localize(self, text: str) -> str:
+        """A README's text with the test platform's state folder and ports."""
+        text = text.replace("$PWD/.tokenfleet", str(self.state))
+        text = re.sub(r"(?<![\w/])\.tokenfleet/", f"{self.state}/", text)
+        text = text.replace("http://127.0.0.1:8080", self.gateway)
+        return text.replace("http://127.0.0.1:9090", self.prometheus)
+
+
+@dataclasses.dataclass(slots=True)
+class Readme:
+    """One example's README, run block by block in one bash session's worth of state: each
+    block runs in its own bash, so exported variables are carried by ``carry`` (names whose
+    values a later block uses, read back after each block)."""
+
+    path: Path
+    platform: Platform
+    logs: Path  # each block's stdout and stderr
+    carry: tuple[str, ...] = ()
+    _groups: list[int] = dataclasses.field(default_factory=list)
+    _vars: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def blocks(self) -> list[str]:
+        return blocks(self.path)
+
+    def run(self, index: int, *, timeout: float = 300) -> str:
+        """Run block ``index`` (0-based); fail with its output unless it exits 0. Output goes
+        to files, not pipes: a job the block leaves in the background keeps its descriptors,
+        and the block is done when bash exits, not when they close."""
+        script = self.platform.localize(self.blocks[index])
+        dump = "".join(f'\nprintf "{MARK}%s=%s\\n" {n} "${{{n}:-}}"' for n in self.carry)
+        out_file, err_file = self.logs / f"block-{index}.out", self.logs / f"block-{index}.err"
+        with out_file.open("w") as out, err_file.open("w") as err:
+            proc = subprocess.Popen(
+                ["bash", "-c", "set -euo pipefail\n" + script + dump],
+                cwd=REPO,
+                env={**self.platform.env(), **self._vars},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,  # background jobs stay in this group: stop() ends them
+            )
+            self._groups.append(proc.pid)
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.stop()
+                raise
+        printed, errors = out_file.read_text(), err_file.read_text()
+        assert code == 0, (
+            f"{self.path.parent.name} block {index} exited {code}:\n{printed}\n{errors}"
+        )
+        for line in printed.splitlines():
+            if line.startswith(MARK):
+                name, _, value = line.removeprefix(MARK).partition("=")
+                self._vars[name] = value
+        return "\n".join(line for line in printed.splitlines() if not line.startswith(MARK))
+
+    def stop(self) -> None:
+        """End every process a block left running (traffic loops and the like)."""
+        for group in self._groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGTERM)
