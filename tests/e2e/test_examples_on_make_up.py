@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -259,8 +260,6 @@ def test_07_the_bad_canary_is_rolled_back_and_the_good_one_promoted(
 
 
 def test_every_target_is_up_on_loopback_or_the_bridge(platform: Platform) -> None:
-    import urllib.request  # noqa: PLC0415
-
     with urllib.request.urlopen(f"{platform.prometheus}/api/v1/targets?state=active") as resp:
         targets = json.load(resp)["data"]["activeTargets"]
     by_job: dict[str, list[dict[str, Any]]] = {}
