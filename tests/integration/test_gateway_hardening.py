@@ -1,0 +1,131 @@
+"""Issue 35's attacks on one real gateway (a host process, static config, real Redis for the
+quotas, a real simulated vLLM server): each ends in a clean 4xx and leaves the gateway as it was.
+
+- every numeric field the gateway reads, with odd values (beyond 64 bits, negative, floats for
+  integers, booleans, strings, objects): a 400 naming the field, never a 500.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.gateway import (
+    Gateway,
+    Redis,
+    Sim,
+    key_hash,
+    running,
+    start_gateway,
+    start_sim,
+)
+
+KEYS = {name: f"tfk-{name}-" + "0" * 30 for name in ("team", "small", "capped", "flood")}
+TOKENS_PER_MINUTE = 1000
+CAP = 100
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gw-hardening")
+
+
+@pytest.fixture(scope="module")
+def sim(tmp: Path) -> Iterator[Sim]:
+    s = start_sim(tmp, "m", "--max-num-seqs", "16", "--inter-token-latency", "1ms")
+    yield s
+    s.kill()
+
+
+def tenant(name: str, **spec: Any) -> dict[str, Any]:
+    return {"name": name, "apiKeyHashes": [key_hash(KEYS[name])], "allowedModels": ["*"], **spec}
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp: Path, sim: Sim, redis: Redis) -> Iterator[Gateway]:
+    config = {
+        "models": [{"name": "m", "endpoints": [sim.url], "maxConcurrency": 16}],
+        "pools": [{"name": "default"}],
+        "tenants": [
+            tenant("team"),
+            tenant("flood"),
+            tenant("small", quotas={"tokensPerMinute": TOKENS_PER_MINUTE}),
+            tenant("capped", maxTokensCap=CAP),
+        ],
+    }
+    with running(start_gateway(tmp, config, "--redis", redis.url)) as g:
+        yield g
+    assert "Traceback" not in g.log.read_text(), g.log.read_text()[-3000:]
+
+
+def post(
+    gateway: Gateway,
+    body: dict[str, Any],
+    *,
+    key: str,
+    path: str = "/v1/chat/completions",
+    request_id: str | None = None,
+) -> tuple[int, dict[str, Any]]:
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=30)
+    headers = {"Authorization": f"Bearer {KEYS[key]}", "Content-Type": "application/json"}
+    if request_id:
+        headers["X-Request-Id"] = request_id
+    conn.request("POST", path, body=json.dumps(body).encode(), headers=headers)
+    response = conn.getresponse()
+    payload = response.read()
+    conn.close()
+    return response.status, json.loads(payload)
+
+
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+#: Values no numeric field takes: integers of 64 bits and more (beyond, the decoder reads a
+#: float), a huge float, booleans, text, containers.
+ANY_ODD: list[Any] = [2**63, 2**64 - 1, 2**64, 10**30, 1e300, True, "7", {"value": 7}, [7]]
+#: The numeric fields the gateway reads, and values beyond their type or range.
+ODD: dict[str, list[Any]] = {
+    "max_tokens": [*ANY_ODD, 0, -1, -(2**63), 1.5, 2**31],
+    "max_completion_tokens": [*ANY_ODD, 0, -1, 2.0],
+    "n": [*ANY_ODD, 0, -1, 1.5, 129],
+    "best_of": [*ANY_ODD, 0, -1, 1.5, 129],
+    "seed": [*ANY_ODD, 1.5, -(2**63) - 1],
+    "temperature": [*ANY_ODD, -0.5, 2.5],
+    "top_p": [*ANY_ODD, -0.1, 1.5],
+    "presence_penalty": [*ANY_ODD, -2.5, 3],
+    "frequency_penalty": [*ANY_ODD, -3, 2.5],
+}
+CASES = [
+    pytest.param(kind, field, value, id=f"{kind}-{field}-{value!r}"[:60])
+    for kind in ("chat", "completion")
+    for field, values in ODD.items()
+    for value in values
+]
+
+
+@pytest.mark.parametrize(("kind", "field", "value"), CASES)
+def test_an_odd_number_is_a_400_naming_its_field_never_a_500(
+    gateway: Gateway, kind: str, field: str, value: Any
+) -> None:
+    body: dict[str, Any] = (
+        {"model": "m", "messages": MESSAGES} if kind == "chat" else {"model": "m", "prompt": "hi"}
+    )
+    path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
+    status, payload = post(gateway, {**body, "max_tokens": 2, field: value}, key="team", path=path)
+    assert status == 400, payload
+    assert payload["error"]["param"] == field and f"'{field}'" in payload["error"]["message"]
+
+
+def test_a_responses_max_output_tokens_beyond_64_bits_is_a_400(gateway: Gateway) -> None:
+    status, payload = post(
+        gateway,
+        {"model": "m", "input": "hi", "max_output_tokens": 2**63},
+        key="team",
+        path="/v1/responses",
+    )
+    assert status == 400 and payload["error"]["param"] == "max_output_tokens", payload
