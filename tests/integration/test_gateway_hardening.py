@@ -1,12 +1,15 @@
 """Issue 35's attacks on one real gateway (a host process, static config, real Redis for the
 quotas, a real simulated vLLM server): each ends in a clean 4xx and leaves the gateway as it was.
 
+- unknown model names, huge and many, sent at once: every one a 4xx, and /metrics keeps its
+  size and its series (an unserved name is one label value, ``(unknown)``);
 - every numeric field the gateway reads, with odd values (beyond 64 bits, negative, floats for
   integers, booleans, strings, objects): a 400 naming the field, never a 500.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import http.client
 import json
 from collections.abc import Iterator
@@ -24,6 +27,7 @@ from support.gateway import (
     start_gateway,
     start_sim,
 )
+from tokenfleet.signals import gateway as names
 
 KEYS = {name: f"tfk-{name}-" + "0" * 30 for name in ("team", "small", "capped", "flood")}
 TOKENS_PER_MINUTE = 1000
@@ -83,6 +87,35 @@ def post(
 
 
 MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+def series(text: str, metric: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(metric + "{")]
+
+
+def test_unknown_model_names_cannot_grow_the_metrics(gateway: Gateway) -> None:
+    """64 one-megabyte names and 300 distinct short ones, 8 at a time: each a 4xx, and not one
+    new series per name (before the fix, /metrics grew by every name, a megabyte each)."""
+    post(gateway, {"model": "warm-up-unknown", "messages": MESSAGES}, key="flood")
+    _, before = gateway.get("/metrics")
+    huge = [{"model": f"{i:04d}" + "x" * 1_000_000, "messages": MESSAGES} for i in range(64)]
+    short = [{"model": f"no-such-model-{i}", "messages": MESSAGES} for i in range(300)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda b: post(gateway, b, key="flood"), huge + short))
+    _, after = gateway.get("/metrics")
+    assert len(after) < len(before) + 10_000, (len(before), len(after))
+    for metric in (names.REQUESTS, names.PROMPT_TOKENS, names.COMPLETION_TOKENS):
+        assert len(series(after, metric)) <= len(series(before, metric)) + 1, metric
+    for status, payload in answers[:64]:
+        assert status == 400 and payload["error"]["param"] == "model", payload
+        assert "256" in payload["error"]["message"] and len(json.dumps(payload)) < 1000
+    for status, payload in answers[64:]:
+        assert status == 404 and payload["error"]["code"] == "model_not_found", payload
+    assert "no-such-model" not in after and "xxxxxxxx" not in after
+    unknown = [s for s in series(after, names.REQUESTS) if 'model="(unknown)"' in s]
+    assert any('reason="model_not_found"' in s and 'tenant="flood"' in s for s in unknown)
+    _, served = post(gateway, {"model": "m", "messages": MESSAGES, "max_tokens": 2}, key="flood")
+    assert served["choices"], served  # the gateway is fine afterwards
 
 
 #: Values no numeric field takes: integers of 64 bits and more (beyond, the decoder reads a

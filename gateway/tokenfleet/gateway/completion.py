@@ -49,7 +49,7 @@ from tokenfleet.gateway import (
 from tokenfleet.gateway.accesslog import ACCESS
 from tokenfleet.gateway.catalog import Tenant
 from tokenfleet.gateway.intake import authenticate, parse_body, reject
-from tokenfleet.gateway.metrics import observe_all
+from tokenfleet.gateway.metrics import model_label, observe_all
 from tokenfleet.gateway.placement import Admitted, Target, place, spare_for
 from tokenfleet.gateway.policy import admission, bodies, deadlines, fallback, model_routes, usage
 from tokenfleet.gateway.policy import spill as spill_rules
@@ -588,7 +588,8 @@ class Completion:
         be read apart."""
         pool = str(self.log.get("pool", ""))
         served, spilled = self.served, self.spilled
-        model = served.model.name if served else str(self.log.get("model", ""))
+        asked = str(self.log.get("model", ""))  # any string the client sent: bounded here
+        model = served.model.name if served else model_label(self.state.catalog, asked)
         self.state.metrics.requests.labels(  # tenant, model, class, outcome, reason, ns, revision
             str(self.log.get("tenant", "")),
             spilled.model if spilled else model,
