@@ -4,7 +4,9 @@ quotas, a real simulated vLLM server): each ends in a clean 4xx and leaves the g
 - unknown model names, huge and many, sent at once: every one a 4xx, and /metrics keeps its
   size and its series (an unserved name is one label value, ``(unknown)``);
 - every numeric field the gateway reads, with odd values (beyond 64 bits, negative, floats for
-  integers, booleans, strings, objects): a 400 naming the field, never a 500.
+  integers, booleans, strings, objects): a 400 naming the field, never a 500;
+- a completions batch (a prompt list, ``n``, ``best_of``) reserves every sequence it may
+  generate against the tenant's tokens-per-minute quota and ``maxTokensCap``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ from support.gateway import (
     Gateway,
     Redis,
     Sim,
+    access_record,
     key_hash,
     running,
     start_gateway,
@@ -162,3 +166,44 @@ def test_a_responses_max_output_tokens_beyond_64_bits_is_a_400(gateway: Gateway)
         path="/v1/responses",
     )
     assert status == 400 and payload["error"]["param"] == "max_output_tokens", payload
+
+
+def batch(max_tokens: int | None, **extra: Any) -> dict[str, Any]:
+    """Four prompts, two choices each: eight sequences. The prompt estimate is 6 tokens
+    ("hihihihi" is 8 characters: 2, plus one per prompt)."""
+    body = {"model": "m", "prompt": ["hi"] * 4, "n": 2, "ignore_eos": True, **extra}
+    return body if max_tokens is None else {**body, "max_tokens": max_tokens}
+
+
+def test_a_batch_reserves_every_sequence_against_the_token_quota(gateway: Gateway) -> None:
+    """A tenant of 1,000 tokens a minute. Before the fix a batch of 4 prompts × n 2 reserved
+    one sequence's worth per n (6 + 2 × max_tokens), so 8 × 150 = 1,200 tokens ran on a quota of
+    1,000, and completion tokens exceeded the reservation fourfold."""
+    status, payload = post(gateway, batch(150), key="small", path="/v1/completions")
+    assert status == 429, payload  # 6 + 8 × 150 = 1,206: more than the whole minute
+    assert "reserves 1206 tokens" in payload["error"]["message"], payload
+
+    status, payload = post(
+        gateway, batch(100), key="small", path="/v1/completions", request_id="batch-1"
+    )
+    assert status == 200 and len(payload["choices"]) == 8, payload
+    assert payload["usage"]["completion_tokens"] == 8 * 100
+    record = access_record(gateway, "batch-1")
+    assert record["reserved_tokens"] == 6 + 8 * 100  # 8×: every sequence's max_tokens
+    assert record["completion_tokens"] == 8 * 100 <= record["reserved_tokens"] - 6
+
+    # the minute is spent (804 charged, a few tokens refilled since): the next batch is refused
+    status, payload = post(gateway, batch(100), key="small", path="/v1/completions")
+    assert status == 429 and payload["error"]["code"] == "rate_limit_exceeded", payload
+    assert re.search(r"this request reserves 806\b", payload["error"]["message"]), payload
+
+
+def test_a_batch_shares_the_tenants_max_tokens_cap(gateway: Gateway) -> None:
+    """maxTokensCap 100 bounds the whole batch: 8 × 20 asked is refused; asking nothing, each
+    sequence gets 100 // 8 = 12 tokens, 96 in all."""
+    status, payload = post(gateway, batch(20), key="capped", path="/v1/completions")
+    assert status == 400 and payload["error"]["code"] == "max_tokens_too_large", payload
+    assert "160" in payload["error"]["message"] and "100" in payload["error"]["message"]
+    status, payload = post(gateway, batch(None), key="capped", path="/v1/completions")
+    assert status == 200, payload
+    assert payload["usage"]["completion_tokens"] == 8 * (CAP // 8) <= CAP

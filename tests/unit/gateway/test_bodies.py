@@ -270,3 +270,62 @@ def test_a_model_name_is_at_most_256_characters(model: str, ok: bool) -> None:
     if isinstance(got, Rejected):
         assert got.status == 400 and got.param == "model"
         assert "256" in got.message and len(got.message) < 200  # the name is not echoed
+
+
+@pytest.mark.parametrize(
+    ("body", "sequences"),
+    [
+        pytest.param({"prompt": "hi"}, 1, id="one-prompt"),
+        pytest.param({"prompt": ["a", "b", "c", "d"]}, 4, id="four-prompts"),
+        pytest.param({"prompt": ["a", "b", "c", "d"], "n": 2}, 8, id="four-prompts-n-2"),
+        pytest.param({"prompt": "hi", "n": 2, "best_of": 5}, 5, id="best-of-is-what-runs"),
+        pytest.param({"prompt": ["a", "b"], "n": 3, "best_of": 2}, 6, id="n-above-best-of"),
+        pytest.param({"prompt": [1, 2, 3]}, 1, id="token-ids-are-one-prompt"),
+    ],
+)
+def test_a_completion_runs_prompts_times_its_choices(body: dict[str, Any], sequences: int) -> None:
+    """vLLM generates max(n, best_of) sequences per prompt, and a prompt list is a batch."""
+    got = bodies.parse({"model": "m", **body}, "completion")
+    assert isinstance(got, bodies.Parsed) and got.sequences == sequences
+
+
+@pytest.mark.parametrize(
+    ("count", "ok"),
+    [pytest.param(2048, True, id="2048"), pytest.param(2049, False, id="2049")],
+)
+def test_a_batch_holds_at_most_2048_prompts(count: int, ok: bool) -> None:
+    got = bodies.parse({"model": "m", "prompt": ["a"] * count}, "completion")
+    assert isinstance(got, bodies.Parsed) == ok
+    if isinstance(got, Rejected):
+        assert got.status == 400 and got.param == "prompt" and "2048" in got.message
+
+
+@pytest.mark.parametrize(
+    ("body", "cap", "reason"),
+    [
+        pytest.param({"max_tokens": 25, "n": 4}, 100, None, id="n-times-max-tokens-at-cap"),
+        pytest.param({"max_tokens": 26, "n": 4}, 100, Reason.MAX_TOKENS_TOO_LARGE, id="n-over-cap"),
+        pytest.param(
+            {"prompt": ["a"] * 4, "max_tokens": 20, "n": 2},
+            100,
+            Reason.MAX_TOKENS_TOO_LARGE,
+            id="prompts-times-n-over-cap",
+        ),
+        pytest.param(
+            {"max_tokens": 10, "best_of": 11}, 100, Reason.MAX_TOKENS_TOO_LARGE, id="best-of"
+        ),
+        pytest.param(
+            {"prompt": ["a"] * 101}, 100, Reason.MAX_TOKENS_TOO_LARGE, id="more-prompts-than-cap"
+        ),
+        pytest.param({"prompt": ["a"] * 50}, 100, None, id="default-fits-shrunk-later"),
+    ],
+)
+def test_the_tenants_cap_bounds_all_sequences_together(
+    body: dict[str, Any], cap: int, reason: Reason | None
+) -> None:
+    parsed = bodies.parse({"model": "m", "prompt": "hi", **body}, "completion")
+    assert isinstance(parsed, bodies.Parsed)
+    got = bodies.check_limits(parsed, max_input_tokens=8192, max_tokens_cap=cap)
+    assert (got.reason if got else None) == reason
+    if got is not None:
+        assert got.status == 400 and str(cap) in got.message

@@ -31,6 +31,10 @@ DEFAULT_MAX_TOKENS = 256
 #: (≤ 253) or Hugging Face ids (well under 100); the name is written to the access log and to
 #: error messages, so a longer one is refused before it is looked up (issue 35).
 MAX_MODEL_CHARS = 256
+#: The most prompts one /v1/completions batch may carry (OpenAI's limit on a list of inputs). With
+#: the ranges below it keeps a reservation (prompts × n × max_tokens) and its price well inside
+#: 64 bits, which Redis counts in and the access log writes.
+MAX_PROMPTS = 2048
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,10 +81,12 @@ class Parsed:
     model: str
     stream: bool
     include_usage: bool
-    max_tokens: int
+    max_tokens: int  # per sequence
     max_tokens_given: bool
-    prompt_tokens: int  # an estimate
-    choices: int  # n: every choice may generate max_tokens
+    prompt_tokens: int  # an estimate, summed over a prompt list
+    sequences: int
+    """What the engine generates, each up to ``max_tokens``: max(n, best_of) per prompt of a
+    completions prompt list (a batch; vLLM runs best_of candidates and returns n of them)."""
     prefix_text: str  # the prompt's opening, for prefix affinity
     body: dict[str, Any]
 
@@ -177,6 +183,14 @@ def _work(body: Mapping[str, Any], kind: Kind) -> tuple[int, str] | Rejected:
     return _input(body, kind)
 
 
+def _prompts(body: Mapping[str, Any], kind: Kind) -> int:
+    """Prompts in the request: a completions list of strings is a batch (token ids are one)."""
+    prompt = body.get("prompt")
+    if kind == "completion" and isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        return len(prompt)
+    return 1
+
+
 def _numbers(body: Mapping[str, Any], limits: tuple[str, ...]) -> dict[str, Any] | Rejected:
     """The numeric fields the body sets (null is unset), each checked: ``limits`` are the
     kind's token limits, the rest :data:`NUMBERS`."""
@@ -218,6 +232,9 @@ def parse(body: Any, kind: Kind) -> Parsed | Rejected:
     if isinstance(numbers, Rejected):
         return numbers
     given = [numbers[name] for name in names if name in numbers]
+    prompts = _prompts(body, kind)
+    if prompts > MAX_PROMPTS:
+        return _bad(f"'prompt' may hold at most {MAX_PROMPTS} prompts", "prompt")
     return Parsed(
         kind=kind,
         model=model,
@@ -226,7 +243,7 @@ def parse(body: Any, kind: Kind) -> Parsed | Rejected:
         max_tokens=0 if kind == "embedding" else min(given) if given else DEFAULT_MAX_TOKENS,
         max_tokens_given=bool(given),
         prompt_tokens=work[0],
-        choices=numbers.get("n", 1),
+        sequences=prompts * max(numbers.get("n", 1), numbers.get("best_of", 1)),
         prefix_text=work[1],
         body=body,
     )
@@ -243,17 +260,30 @@ def check_limits(
             f"{max_input_tokens} input tokens",
             param="messages" if parsed.kind == "chat" else "prompt",
         )
-    if (
-        max_tokens_cap is not None
-        and parsed.max_tokens_given
-        and parsed.max_tokens > max_tokens_cap
-    ):
-        return Rejected(
-            reason=Reason.MAX_TOKENS_TOO_LARGE,
-            message=f"max_tokens is {parsed.max_tokens}; your limit is {max_tokens_cap}",
-            param="max_tokens",
-        )
+    if max_tokens_cap is not None:
+        return _over_cap(parsed, max_tokens_cap)
     return None
+
+
+def _over_cap(parsed: Parsed, cap: int) -> Rejected | None:
+    """The tenant's cap bounds what the whole request may generate: every sequence of every
+    prompt (a request asking for no max_tokens gets its share of the cap: usage.max_tokens)."""
+    sequences, asked = parsed.sequences, parsed.max_tokens
+    if sequences == 1 and parsed.max_tokens_given and asked > cap:
+        message = f"max_tokens is {asked}; your limit is {cap}"
+    elif parsed.max_tokens_given and asked * sequences > cap:
+        message = (
+            f"max_tokens {asked} × {sequences} sequences (prompts × n or best_of) is "
+            f"{asked * sequences}; your limit is {cap} in all"
+        )
+    elif sequences > cap:
+        message = (
+            f"{sequences} sequences (prompts × n or best_of) of one token each are more than "
+            f"your limit of {cap} tokens"
+        )
+    else:
+        return None
+    return Rejected(reason=Reason.MAX_TOKENS_TOO_LARGE, message=message, param="max_tokens")
 
 
 def upstream(parsed: Parsed, *, model: str, salt: str, max_tokens: int) -> dict[str, Any]:
