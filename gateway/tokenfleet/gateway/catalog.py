@@ -141,6 +141,15 @@ class Catalog:
             return None
         return next((r for (_, n), r in sorted(self.routes.items()) if n == name), None)
 
+    def serves(self, name: str) -> bool:
+        """Whether a model (by any served name), an adapter or a route of any namespace has
+        the name ``name``."""
+        return (
+            name in self.models
+            or any(n == name for _, n in self.adapters)
+            or any(n == name for _, n in self.routes)
+        )
+
     def model(self, name: str, namespace: str = "") -> Model | None:
         """What ``name`` means to a caller in ``namespace``: its own namespace's model first,
         so a team's model is never shadowed by another team's of the same name."""

@@ -49,7 +49,7 @@ from tokenfleet.gateway import (
 from tokenfleet.gateway.accesslog import ACCESS
 from tokenfleet.gateway.catalog import Tenant
 from tokenfleet.gateway.intake import authenticate, parse_body, reject
-from tokenfleet.gateway.metrics import observe_all
+from tokenfleet.gateway.metrics import model_label, observe_all
 from tokenfleet.gateway.placement import Admitted, Target, place, spare_for
 from tokenfleet.gateway.policy import admission, bodies, deadlines, fallback, model_routes, usage
 from tokenfleet.gateway.policy import spill as spill_rules
@@ -156,7 +156,7 @@ class Completion:
         tokens = usage.reservation(
             prompt_tokens=parsed.prompt_tokens,
             max_tokens=admitted.max_tokens,
-            choices=parsed.choices,
+            sequences=parsed.sequences,
         )
         reservation = await self.state.quotas.reserve(  # ...the tenant's token quota...
             tenant.key,
@@ -260,6 +260,7 @@ class Completion:
                 cap=tenant.max_tokens_cap,
                 context=primary.model.context_tokens,
                 prompt_tokens=parsed.prompt_tokens,
+                sequences=parsed.sequences,
             ),
         )
 
@@ -441,11 +442,11 @@ class Completion:
         fair = queues.Fair.of(
             admitted.tenant if state.settings.fair_queuing else None,
             prompt_tokens=admitted.parsed.prompt_tokens,
-            max_tokens=admitted.max_tokens,
+            max_tokens=admitted.output_tokens,
         )
         # admission judges waits in token work (issue 15): prompt plus reserved output
         cost = admission.work(
-            prompt_tokens=admitted.parsed.prompt_tokens, max_tokens=admitted.max_tokens
+            prompt_tokens=admitted.parsed.prompt_tokens, max_tokens=admitted.output_tokens
         )
         refused = await state.admitter.acquire(
             pool=key,
@@ -470,6 +471,7 @@ class Completion:
                 policy=to.pool.classes[cls],
                 load=queue.load(capacity),
                 requested=admitted.max_tokens,
+                sequences=admitted.parsed.sequences,
             )
             self.degraded = max_tokens < admitted.max_tokens
             outcome = await self.proxied(admitted, to, max_tokens)
@@ -486,7 +488,7 @@ class Completion:
                 cls=cls,
                 held_seconds=time.monotonic() - holding_since,
                 fair=fair,
-                correction=fair.settle(self.meter.produced, reserved=admitted.max_tokens),
+                correction=fair.settle(self.meter.produced, reserved=admitted.output_tokens),
                 cost=cost,
                 prefill=None if first_byte_at is None else first_byte_at - holding_since,
             )
@@ -588,7 +590,8 @@ class Completion:
         be read apart."""
         pool = str(self.log.get("pool", ""))
         served, spilled = self.served, self.spilled
-        model = served.model.name if served else str(self.log.get("model", ""))
+        asked = str(self.log.get("model", ""))  # any string the client sent: bounded here
+        model = served.model.name if served else model_label(self.state.catalog, asked)
         self.state.metrics.requests.labels(  # tenant, model, class, outcome, reason, ns, revision
             str(self.log.get("tenant", "")),
             spilled.model if spilled else model,

@@ -8,11 +8,28 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
 from tokenfleet.signals import gateway as names
+
+if TYPE_CHECKING:
+    from tokenfleet.gateway.catalog import Catalog
+
+#: The ``model`` label of every request for a name nothing serves. Clients choose the name, and
+#: each label value is a series kept for the life of the process (and a file entry per worker):
+#: a flood of distinct names once filled the metrics volume (issue 35). No served name is
+#: parenthesised.
+UNKNOWN_MODEL = "(unknown)"
+
+
+def model_label(catalog: Catalog, name: str) -> str:
+    """The ``model`` label of a request that asked for ``name``: the name when a model, an
+    adapter or a route has it (a set the operators bound), "" when none was asked, else
+    :data:`UNKNOWN_MODEL`."""
+    return name if not name or catalog.serves(name) else UNKNOWN_MODEL
 
 
 def memoized(metric: MetricWrapperBase) -> None:

@@ -142,4 +142,9 @@ class Admitted:
     primary: Target
     fallback: Target | None
     due: float  # monotonic seconds
-    max_tokens: int  # within the tenant's cap (a degraded class may lower it further)
+    max_tokens: int  # per sequence, within the tenant's cap (a degraded class may lower it)
+
+    @property
+    def output_tokens(self) -> int:
+        """The most its engine may generate: ``max_tokens`` for every sequence."""
+        return self.max_tokens * self.parsed.sequences

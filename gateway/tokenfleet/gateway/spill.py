@@ -188,7 +188,7 @@ def _costs(ask: Request, remote: Remote) -> int:
         max_tokens=int(
             ask.engine_body.get("max_tokens", ask.engine_body.get("max_output_tokens", 0))
         ),
-        choices=ask.parsed.choices,
+        sequences=ask.parsed.sequences,
     )
 
 

@@ -162,6 +162,42 @@ def test_degraded_max_tokens(the_load: PoolLoad, c: str, requested: int, expecte
     assert admission.max_tokens(policy=POLICIES[c], load=the_load, requested=requested) == expected
 
 
+@pytest.mark.parametrize(
+    ("requested", "sequences", "expected"),
+    [
+        pytest.param(500, 1, 64, id="one-sequence"),
+        pytest.param(500, 4, 16, id="four-share-the-cap"),
+        pytest.param(10, 4, 10, id="below-its-share"),
+        pytest.param(500, 100, 1, id="never-below-one"),
+    ],
+)
+def test_the_degraded_cap_bounds_all_sequences_together(
+    requested: int, sequences: int, expected: int
+) -> None:
+    """Issue 35: under pressure a class caps what a request generates in all, not per choice."""
+    got = admission.max_tokens(
+        policy=POLICIES["batch"],
+        load=load(interactive=4),
+        requested=requested,
+        sequences=sequences,
+    )
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("prompt_tokens", "output_tokens", "expected"),
+    [
+        pytest.param(10, 100, 110.0, id="prompt-plus-output"),
+        pytest.param(10, 8 * 100, 810.0, id="eight-sequences"),
+        pytest.param(0, 0, 1.0, id="never-zero"),
+    ],
+)
+def test_the_work_counts_every_reserved_output_token(
+    prompt_tokens: int, output_tokens: int, expected: float
+) -> None:
+    assert admission.work(prompt_tokens=prompt_tokens, max_tokens=output_tokens) == expected
+
+
 def test_service_rate_converges_and_ignores_zero_intervals() -> None:
     rate = 0.0
     for _ in range(50):

@@ -152,3 +152,180 @@ def test_every_reason_has_one_status_and_429_503_carry_retry_hints() -> None:
         STATUS[Reason.DEADLINE_EXCEEDED].status == 504
         and STATUS[Reason.BODY_TOO_LARGE].status == 413
     )
+
+
+# Issue 35: every numeric field the gateway reads, with values a client may send that are no
+# such number or out of its range. Each must be a 400 naming the field, never a 500 later.
+INTEGER_ODDITIES = [
+    pytest.param(2**63, id="2**63"),
+    pytest.param(2**64 - 1, id="u64-max"),
+    pytest.param(1.5, id="float"),
+    pytest.param(2.0, id="integral-float"),
+    pytest.param(1e300, id="huge-float"),
+    pytest.param(True, id="bool"),
+    pytest.param("7", id="string"),
+    pytest.param({"value": 7}, id="object"),
+    pytest.param([7], id="array"),
+]
+COUNT_ODDITIES = [  # counts start at 1
+    *INTEGER_ODDITIES,
+    pytest.param(0, id="zero"),
+    pytest.param(-1, id="negative"),
+    pytest.param(-(2**63), id="i64-min"),
+]
+NUMBER_ODDITIES = [  # finite numbers in a small range: nothing here is one
+    pytest.param(2**63, id="2**63"),
+    pytest.param(-(2**63), id="i64-min"),
+    pytest.param(1e300, id="huge-float"),
+    pytest.param(-1e300, id="huge-negative-float"),
+    pytest.param(True, id="bool"),
+    pytest.param("0.5", id="string"),
+    pytest.param({"value": 0.5}, id="object"),
+    pytest.param([0.5], id="array"),
+]
+ODD_NUMBERS = [
+    *(
+        pytest.param(field, p.values[0], id=f"{field}-{p.id}")
+        for field in ("max_tokens", "max_completion_tokens", "n", "best_of")
+        for p in COUNT_ODDITIES
+    ),
+    *(pytest.param("n", v, id=f"n-{v}") for v in (129, 1000)),
+    *(pytest.param("best_of", v, id=f"best_of-{v}") for v in (129, 1000)),
+    pytest.param("max_tokens", 2**31, id="max_tokens-beyond-int32"),
+    *(pytest.param("seed", p.values[0], id=f"seed-{p.id}") for p in INTEGER_ODDITIES),
+    pytest.param("seed", -(2**63) - 1, id="seed-below-i64"),
+    *(
+        pytest.param(field, p.values[0], id=f"{field}-{p.id}")
+        for field in ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+        for p in NUMBER_ODDITIES
+    ),
+    pytest.param("temperature", -0.1, id="temperature-negative"),
+    pytest.param("temperature", 2.5, id="temperature-above-2"),
+    pytest.param("top_p", -0.1, id="top_p-negative"),
+    pytest.param("top_p", 1.5, id="top_p-above-1"),
+    pytest.param("presence_penalty", -2.5, id="presence_penalty-below-minus-2"),
+    pytest.param("frequency_penalty", 3, id="frequency_penalty-above-2"),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), ODD_NUMBERS)
+@pytest.mark.parametrize("kind", ["chat", "completion"])
+def test_an_odd_number_is_a_400_naming_its_field(kind: bodies.Kind, field: str, value: Any) -> None:
+    body = CHAT if kind == "chat" else {"model": "m", "prompt": "hello"}
+    got = bodies.parse({**body, field: value}, kind)
+    assert isinstance(got, Rejected), got
+    assert got.reason == Reason.INVALID_REQUEST and got.status == 400
+    assert got.param == field and f"'{field}'" in got.message
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(2**63, id="2**63"),
+        pytest.param(0, id="zero"),
+        pytest.param(1.5, id="float"),
+        pytest.param(True, id="bool"),
+        pytest.param("9", id="string"),
+    ],
+)
+def test_an_odd_max_output_tokens_of_a_response_is_a_400(value: Any) -> None:
+    got = bodies.parse({"model": "m", "input": "hi", "max_output_tokens": value}, "response")
+    assert isinstance(got, Rejected) and got.param == "max_output_tokens", got
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        pytest.param("n", 128, id="n-128"),
+        pytest.param("best_of", 128, id="best_of-128"),
+        pytest.param("max_tokens", 2**31 - 1, id="max_tokens-int32-max"),
+        pytest.param("seed", 2**63 - 1, id="seed-i64-max"),
+        pytest.param("seed", -(2**63), id="seed-i64-min"),
+        pytest.param("seed", 0, id="seed-zero"),
+        pytest.param("temperature", 0, id="temperature-greedy"),
+        pytest.param("temperature", 2, id="temperature-2"),
+        pytest.param("top_p", 1, id="top_p-1"),
+        pytest.param("presence_penalty", -2.0, id="presence_penalty-minus-2"),
+        pytest.param("frequency_penalty", 1.5, id="frequency_penalty-1.5"),
+        pytest.param("temperature", None, id="null-is-unset"),
+    ],
+)
+def test_numbers_at_the_edges_of_their_ranges_are_kept(field: str, value: Any) -> None:
+    got = bodies.parse({**CHAT, field: value}, "chat")
+    assert isinstance(got, bodies.Parsed), got
+    assert got.body[field] == value
+
+
+@pytest.mark.parametrize(
+    ("model", "ok"),
+    [
+        pytest.param("m" * 256, True, id="at-the-limit"),
+        pytest.param("m" * 257, False, id="one-beyond"),
+        pytest.param("x" * 1_000_000, False, id="a-megabyte"),
+    ],
+)
+def test_a_model_name_is_at_most_256_characters(model: str, ok: bool) -> None:
+    got = bodies.parse({**CHAT, "model": model}, "chat")
+    assert isinstance(got, bodies.Parsed) == ok
+    if isinstance(got, Rejected):
+        assert got.status == 400 and got.param == "model"
+        assert "256" in got.message and len(got.message) < 200  # the name is not echoed
+
+
+@pytest.mark.parametrize(
+    ("body", "sequences"),
+    [
+        pytest.param({"prompt": "hi"}, 1, id="one-prompt"),
+        pytest.param({"prompt": ["a", "b", "c", "d"]}, 4, id="four-prompts"),
+        pytest.param({"prompt": ["a", "b", "c", "d"], "n": 2}, 8, id="four-prompts-n-2"),
+        pytest.param({"prompt": "hi", "n": 2, "best_of": 5}, 5, id="best-of-is-what-runs"),
+        pytest.param({"prompt": ["a", "b"], "n": 3, "best_of": 2}, 6, id="n-above-best-of"),
+        pytest.param({"prompt": [1, 2, 3]}, 1, id="token-ids-are-one-prompt"),
+    ],
+)
+def test_a_completion_runs_prompts_times_its_choices(body: dict[str, Any], sequences: int) -> None:
+    """vLLM generates max(n, best_of) sequences per prompt, and a prompt list is a batch."""
+    got = bodies.parse({"model": "m", **body}, "completion")
+    assert isinstance(got, bodies.Parsed) and got.sequences == sequences
+
+
+@pytest.mark.parametrize(
+    ("count", "ok"),
+    [pytest.param(2048, True, id="2048"), pytest.param(2049, False, id="2049")],
+)
+def test_a_batch_holds_at_most_2048_prompts(count: int, ok: bool) -> None:
+    got = bodies.parse({"model": "m", "prompt": ["a"] * count}, "completion")
+    assert isinstance(got, bodies.Parsed) == ok
+    if isinstance(got, Rejected):
+        assert got.status == 400 and got.param == "prompt" and "2048" in got.message
+
+
+@pytest.mark.parametrize(
+    ("body", "cap", "reason"),
+    [
+        pytest.param({"max_tokens": 25, "n": 4}, 100, None, id="n-times-max-tokens-at-cap"),
+        pytest.param({"max_tokens": 26, "n": 4}, 100, Reason.MAX_TOKENS_TOO_LARGE, id="n-over-cap"),
+        pytest.param(
+            {"prompt": ["a"] * 4, "max_tokens": 20, "n": 2},
+            100,
+            Reason.MAX_TOKENS_TOO_LARGE,
+            id="prompts-times-n-over-cap",
+        ),
+        pytest.param(
+            {"max_tokens": 10, "best_of": 11}, 100, Reason.MAX_TOKENS_TOO_LARGE, id="best-of"
+        ),
+        pytest.param(
+            {"prompt": ["a"] * 101}, 100, Reason.MAX_TOKENS_TOO_LARGE, id="more-prompts-than-cap"
+        ),
+        pytest.param({"prompt": ["a"] * 50}, 100, None, id="default-fits-shrunk-later"),
+    ],
+)
+def test_the_tenants_cap_bounds_all_sequences_together(
+    body: dict[str, Any], cap: int, reason: Reason | None
+) -> None:
+    parsed = bodies.parse({"model": "m", "prompt": "hi", **body}, "completion")
+    assert isinstance(parsed, bodies.Parsed)
+    got = bodies.check_limits(parsed, max_input_tokens=8192, max_tokens_cap=cap)
+    assert (got.reason if got else None) == reason
+    if got is not None:
+        assert got.status == 400 and str(cap) in got.message

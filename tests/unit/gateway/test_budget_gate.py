@@ -27,7 +27,9 @@ def _target(rate: cost.Rate | None) -> Target:
     return Target(model=catalog.Model(name="m", pools=(pool.key,)), pool=pool, cls="interactive")
 
 
-def _admitted(primary: cost.Rate | None, fallback: cost.Rate | None = None) -> Admitted:
+def _admitted(
+    primary: cost.Rate | None, fallback: cost.Rate | None = None, *, sequences: int = 1
+) -> Admitted:
     parsed = bodies.Parsed(
         kind="chat",
         model="m",
@@ -36,7 +38,7 @@ def _admitted(primary: cost.Rate | None, fallback: cost.Rate | None = None) -> A
         max_tokens=16,
         max_tokens_given=True,
         prompt_tokens=100,
-        choices=1,
+        sequences=sequences,
         prefix_text="",
         body={},
     )
@@ -57,6 +59,10 @@ def _admitted(primary: cost.Rate | None, fallback: cost.Rate | None = None) -> A
     ("spec", "admitted", "units"),
     [
         pytest.param(TOKENS, _admitted(DEAR), 116, id="tokens-prompt-plus-max-tokens"),
+        # issue 35: 4 prompts × n 2 each may generate all 16: 100 + 8 × 16
+        pytest.param(TOKENS, _admitted(DEAR, sequences=8), 228, id="tokens-every-sequence"),
+        # 100 × 1 + 8 × 16 × 2 = 356 micro-USD
+        pytest.param(MONEY, _admitted(CHEAP, sequences=8), 356, id="priced-every-sequence"),
         # 100 × 1 + 16 × 2 = 132 micro-USD
         pytest.param(MONEY, _admitted(CHEAP), 132, id="priced-at-the-model-pool"),
         # fallback dearer: 100 × 3 + 16 × 10 = 460

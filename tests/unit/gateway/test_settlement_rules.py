@@ -32,11 +32,46 @@ def test_max_tokens_is_the_lowest_of_request_cap_and_context_room(
 
 
 @pytest.mark.parametrize(
-    ("choices", "expected"),
-    [pytest.param(1, 120 + 256, id="one"), pytest.param(3, 120 + 3 * 256, id="n-3")],
+    ("requested", "cap", "sequences", "expected"),
+    [
+        pytest.param(256, 100, 1, 100, id="one-sequence-the-whole-cap"),
+        pytest.param(256, 100, 4, 25, id="four-share-the-cap"),
+        pytest.param(256, 100, 8, 12, id="eight-round-down"),
+        pytest.param(10, 100, 8, 10, id="asked-below-its-share"),
+        pytest.param(256, None, 8, 256, id="no-cap-per-sequence"),
+    ],
 )
-def test_every_choice_is_reserved(choices: int, expected: int) -> None:
-    assert usage.reservation(prompt_tokens=120, max_tokens=256, choices=choices) == expected
+def test_the_tenants_cap_is_shared_by_all_sequences(
+    requested: int, cap: int | None, sequences: int, expected: int
+) -> None:
+    """Issue 35: maxTokensCap bounds what the whole request may generate (a request with more
+    sequences than its cap was refused by bodies.check_limits)."""
+    got = usage.max_tokens(requested, cap=cap, sequences=sequences)
+    assert got == expected and got * sequences <= (cap or got * sequences)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        pytest.param({}, 120 + 256, id="one"),
+        pytest.param({"n": 3}, 120 + 3 * 256, id="n-3"),
+        pytest.param({"best_of": 3}, 120 + 3 * 256, id="best-of-3"),
+        pytest.param({"prompt": ["x" * 116] * 4}, 120 + 4 * 256, id="four-prompts"),
+        pytest.param({"prompt": ["x" * 116] * 4, "n": 2}, 120 + 8 * 256, id="four-prompts-n-2"),
+        pytest.param(
+            {"prompt": ["x" * 116] * 4, "n": 2, "best_of": 3}, 120 + 12 * 256, id="best-of-runs"
+        ),
+    ],
+)
+def test_every_sequence_of_every_prompt_is_reserved(body: dict[str, Any], expected: int) -> None:
+    """Issue 35: a prompt list is a batch, each prompt runs max(n, best_of) sequences, and each
+    may generate max_tokens; the prompt estimate (120 here) is summed over the list."""
+    parsed = bodies.parse({"model": "m", "prompt": "x" * 476, **body}, "completion")
+    assert isinstance(parsed, bodies.Parsed) and parsed.prompt_tokens == 120
+    got = usage.reservation(
+        prompt_tokens=parsed.prompt_tokens, max_tokens=256, sequences=parsed.sequences
+    )
+    assert got == expected
 
 
 @pytest.mark.parametrize(
@@ -164,7 +199,7 @@ def test_the_upstream_body_of_every_kind(
 
 
 @pytest.mark.parametrize(
-    ("kind", "body", "tokens", "max_tokens", "choices"),
+    ("kind", "body", "tokens", "max_tokens", "sequences"),
     [
         pytest.param(
             "chat", {"messages": [{"role": "user", "content": "x" * 40}], "n": 3}, 14, 256, 3
@@ -174,14 +209,14 @@ def test_the_upstream_body_of_every_kind(
     ],
 )
 def test_the_work_of_every_kind(
-    kind: bodies.Kind, body: dict[str, Any], tokens: int, max_tokens: int, choices: int
+    kind: bodies.Kind, body: dict[str, Any], tokens: int, max_tokens: int, sequences: int
 ) -> None:
     parsed = bodies.parse({"model": "m", **body}, kind)
     assert isinstance(parsed, bodies.Parsed)
-    assert (parsed.prompt_tokens, parsed.max_tokens, parsed.choices) == (
+    assert (parsed.prompt_tokens, parsed.max_tokens, parsed.sequences) == (
         tokens,
         max_tokens,
-        choices,
+        sequences,
     )
 
 

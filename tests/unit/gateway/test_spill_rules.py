@@ -74,8 +74,8 @@ def test_the_estimate_is_the_most_the_request_may_cost() -> None:
     # micro-units: 1,000 prompt tokens × 0.5 + 200 max tokens × 1.5
     assert spill.estimate(priced, currency="USD", prompt_tokens=1000, max_tokens=200) == 800
     assert spill.estimate(remote(), currency="USD", prompt_tokens=1000, max_tokens=200) == 0
-    # n choices may each generate max_tokens: 1,000 × 0.5 + 2 × 200 × 1.5
-    two = spill.estimate(priced, currency="USD", prompt_tokens=1000, max_tokens=200, choices=2)
+    # every sequence (n choices here) may generate max_tokens: 1,000 × 0.5 + 2 × 200 × 1.5
+    two = spill.estimate(priced, currency="USD", prompt_tokens=1000, max_tokens=200, sequences=2)
     assert two == 1100
 
 

@@ -175,7 +175,8 @@ def share(capacity: int, *, processes: int) -> int:
 
 
 def work(*, prompt_tokens: int, max_tokens: int) -> float:
-    """A request's token work as admission counts it: prompt plus reserved output tokens.
+    """A request's token work as admission counts it: prompt plus reserved output tokens
+    (``max_tokens`` of all its sequences: a batch of prompts, n or best_of, is that much work).
 
     One unit per token either way: a prefill token is cheaper than a decoded one, but a
     decoding request also holds its slot, and admission waits for slots to free."""
@@ -391,11 +392,13 @@ def next_up(
     return None
 
 
-def max_tokens(*, policy: ClassPolicy, load: PoolLoad, requested: int) -> int:
-    """The class's degraded cap applies while the pool is saturated or has a queue."""
+def max_tokens(*, policy: ClassPolicy, load: PoolLoad, requested: int, sequences: int = 1) -> int:
+    """The max_tokens per sequence to run with: the class's degraded cap applies while the
+    pool is saturated or has a queue, to all ``sequences`` of the request together (each gets
+    its share, at least 1)."""
     pressured = any(load.queued.values()) or sum(load.in_flight.values()) >= load.capacity
     if pressured and policy.degraded_max_tokens is not None:
-        return min(requested, policy.degraded_max_tokens)
+        return min(requested, max(1, policy.degraded_max_tokens // max(1, sequences)))
     return requested
 
 

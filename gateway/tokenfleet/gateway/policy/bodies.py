@@ -27,6 +27,50 @@ CHARS_PER_TOKEN = 4
 #: Per-message overhead of chat templates (role markers, separators), in tokens.
 MESSAGE_OVERHEAD_TOKENS = 4
 DEFAULT_MAX_TOKENS = 256
+#: The longest ``model`` a body may name, in characters. Served names are Kubernetes names
+#: (≤ 253) or Hugging Face ids (well under 100); the name is written to the access log and to
+#: error messages, so a longer one is refused before it is looked up (issue 35).
+MAX_MODEL_CHARS = 256
+#: The most prompts one /v1/completions batch may carry (OpenAI's limit on a list of inputs). With
+#: the ranges below it keeps a reservation (prompts × n × max_tokens) and its price well inside
+#: 64 bits, which Redis counts in and the access log writes.
+MAX_PROMPTS = 2048
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Bound:
+    """A numeric body field's type and closed range."""
+
+    integer: bool  # whole numbers only (a JSON 2.0 is not one)
+    low: int | float
+    high: int | float
+
+    def holds(self, value: Any) -> bool:
+        """Whether ``value`` (decoded JSON) is such a number; a boolean never is."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if self.integer and not isinstance(value, int):
+            return False
+        return self.low <= value <= self.high
+
+    def describe(self) -> str:
+        return f"{'an integer' if self.integer else 'a number'} from {self.low} to {self.high}"
+
+
+#: Token counts fit engines' 32-bit integers; the model's context bounds them further later.
+TOKEN_LIMIT = Bound(integer=True, low=1, high=2**31 - 1)
+#: Every numeric field the gateway reads besides the token limit, with OpenAI's ranges (a seed
+#: is vLLM's 64-bit one). Out of range is a 400 here rather than an engine's, or an overflow
+#: further on: a reservation of n × max_tokens beyond 64 bits once ended in a 500 (issue 35).
+NUMBERS: Mapping[str, Bound] = {
+    "n": Bound(integer=True, low=1, high=128),
+    "best_of": Bound(integer=True, low=1, high=128),
+    "seed": Bound(integer=True, low=-(2**63), high=2**63 - 1),
+    "temperature": Bound(integer=False, low=0, high=2),
+    "top_p": Bound(integer=False, low=0, high=1),
+    "presence_penalty": Bound(integer=False, low=-2, high=2),
+    "frequency_penalty": Bound(integer=False, low=-2, high=2),
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,10 +81,12 @@ class Parsed:
     model: str
     stream: bool
     include_usage: bool
-    max_tokens: int
+    max_tokens: int  # per sequence
     max_tokens_given: bool
-    prompt_tokens: int  # an estimate
-    choices: int  # n: every choice may generate max_tokens
+    prompt_tokens: int  # an estimate, summed over a prompt list
+    sequences: int
+    """What the engine generates, each up to ``max_tokens``: max(n, best_of) per prompt of a
+    completions prompt list (a batch; vLLM runs best_of candidates and returns n of them)."""
     prefix_text: str  # the prompt's opening, for prefix affinity
     body: dict[str, Any]
 
@@ -137,13 +183,27 @@ def _work(body: Mapping[str, Any], kind: Kind) -> tuple[int, str] | Rejected:
     return _input(body, kind)
 
 
-def _positive_int(body: Mapping[str, Any], name: str) -> int | Rejected | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        return _bad(f"'{name}' must be a positive integer", name)
-    return value
+def _prompts(body: Mapping[str, Any], kind: Kind) -> int:
+    """Prompts in the request: a completions list of strings is a batch (token ids are one)."""
+    prompt = body.get("prompt")
+    if kind == "completion" and isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        return len(prompt)
+    return 1
+
+
+def _numbers(body: Mapping[str, Any], limits: tuple[str, ...]) -> dict[str, Any] | Rejected:
+    """The numeric fields the body sets (null is unset), each checked: ``limits`` are the
+    kind's token limits, the rest :data:`NUMBERS`."""
+    bounds = {**dict.fromkeys(limits, TOKEN_LIMIT), **NUMBERS}
+    found = {}
+    for name, bound in bounds.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        if not bound.holds(value):
+            return _bad(f"'{name}' must be {bound.describe()}", name)
+        found[name] = value
+    return found
 
 
 def parse(body: Any, kind: Kind) -> Parsed | Rejected:
@@ -153,6 +213,8 @@ def parse(body: Any, kind: Kind) -> Parsed | Rejected:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         return _bad("'model' is required and must be a string", "model")
+    if len(model) > MAX_MODEL_CHARS:
+        return _bad(f"'model' is longer than {MAX_MODEL_CHARS} characters: no model", "model")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         return _bad("'stream' must be a boolean", "stream")
@@ -166,16 +228,13 @@ def parse(body: Any, kind: Kind) -> Parsed | Rejected:
     names = (
         ("max_output_tokens",) if kind == "response" else ("max_tokens", "max_completion_tokens")
     )
-    limits = [_positive_int(body, name) for name in (*names, "n")]
-    for limit in limits:
-        if isinstance(limit, Rejected):
-            return limit
-    given = [x for x in limits[:-1] if isinstance(x, int)]
-    choices = limits[-1] if isinstance(limits[-1], int) else 1
-    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
-        value = body.get(name)
-        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
-            return _bad(f"'{name}' must be a number", name)
+    numbers = _numbers(body, names)
+    if isinstance(numbers, Rejected):
+        return numbers
+    given = [numbers[name] for name in names if name in numbers]
+    prompts = _prompts(body, kind)
+    if prompts > MAX_PROMPTS:
+        return _bad(f"'prompt' may hold at most {MAX_PROMPTS} prompts", "prompt")
     return Parsed(
         kind=kind,
         model=model,
@@ -184,7 +243,7 @@ def parse(body: Any, kind: Kind) -> Parsed | Rejected:
         max_tokens=0 if kind == "embedding" else min(given) if given else DEFAULT_MAX_TOKENS,
         max_tokens_given=bool(given),
         prompt_tokens=work[0],
-        choices=choices,
+        sequences=prompts * max(numbers.get("n", 1), numbers.get("best_of", 1)),
         prefix_text=work[1],
         body=body,
     )
@@ -201,17 +260,30 @@ def check_limits(
             f"{max_input_tokens} input tokens",
             param="messages" if parsed.kind == "chat" else "prompt",
         )
-    if (
-        max_tokens_cap is not None
-        and parsed.max_tokens_given
-        and parsed.max_tokens > max_tokens_cap
-    ):
-        return Rejected(
-            reason=Reason.MAX_TOKENS_TOO_LARGE,
-            message=f"max_tokens is {parsed.max_tokens}; your limit is {max_tokens_cap}",
-            param="max_tokens",
-        )
+    if max_tokens_cap is not None:
+        return _over_cap(parsed, max_tokens_cap)
     return None
+
+
+def _over_cap(parsed: Parsed, cap: int) -> Rejected | None:
+    """The tenant's cap bounds what the whole request may generate: every sequence of every
+    prompt (a request asking for no max_tokens gets its share of the cap: usage.max_tokens)."""
+    sequences, asked = parsed.sequences, parsed.max_tokens
+    if sequences == 1 and parsed.max_tokens_given and asked > cap:
+        message = f"max_tokens is {asked}; your limit is {cap}"
+    elif parsed.max_tokens_given and asked * sequences > cap:
+        message = (
+            f"max_tokens {asked} × {sequences} sequences (prompts × n or best_of) is "
+            f"{asked * sequences}; your limit is {cap} in all"
+        )
+    elif sequences > cap:
+        message = (
+            f"{sequences} sequences (prompts × n or best_of) of one token each are more than "
+            f"your limit of {cap} tokens"
+        )
+    else:
+        return None
+    return Rejected(reason=Reason.MAX_TOKENS_TOO_LARGE, message=message, param="max_tokens")
 
 
 def upstream(parsed: Parsed, *, model: str, salt: str, max_tokens: int) -> dict[str, Any]:

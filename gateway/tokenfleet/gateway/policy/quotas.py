@@ -2,14 +2,15 @@
 
 Limits: requests/min and tokens/min are token buckets (capacity = the per-minute limit,
 refilled continuously), tokens/day a counter per UTC day, max concurrent a counter. A
-reservation takes 1 request, the estimated prompt tokens plus ``max_tokens``, and 1 concurrency
-slot — all or nothing. Settling refunds what the request did not use (or charges what it used
-beyond the estimate) and frees the slot.
+reservation takes 1 request, the estimated prompt tokens plus ``max_tokens`` of every sequence
+(:func:`tokenfleet.gateway.policy.usage.reservation`), and 1 concurrency slot — all or nothing.
+Settling refunds what the request did not use (or charges what it used beyond the estimate)
+and frees the slot.
 
 Overshoot, the one way usage can exceed a limit: completion tokens never exceed the reserved
-``max_tokens``, so only an underestimated prompt can overshoot, by (real − estimated) prompt
-tokens of the requests settled in the window. Reservations are atomic (one Lua script in Redis),
-so concurrent replicas never both take the last tokens.
+``max_tokens`` of every sequence, so only an underestimated prompt can overshoot, by (real −
+estimated) prompt tokens of the requests settled in the window. Reservations are atomic (one
+Lua script in Redis), so concurrent replicas never both take the last tokens.
 
 :data:`LUA` runs in Redis; :class:`Buckets` is the same arithmetic in Python, used for
 fail-open local limits when Redis is down and as the reference the script is tested against.

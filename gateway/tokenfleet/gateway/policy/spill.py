@@ -73,13 +73,13 @@ def rate(remote: Remote, currency: str) -> cost.Rate:
 
 
 def estimate(
-    remote: Remote, *, currency: str, prompt_tokens: int, max_tokens: int, choices: int = 1
+    remote: Remote, *, currency: str, prompt_tokens: int, max_tokens: int, sequences: int = 1
 ) -> int:
     """The most a request may cost there, in micro-units: what its spend budget holds first
-    (``max_tokens`` for each of its ``n`` choices)."""
+    (``max_tokens`` for each of its sequences: bodies.Parsed.sequences)."""
     return cost.micro(
         prompt_tokens=prompt_tokens,
-        completion_tokens=max_tokens * max(1, choices),
+        completion_tokens=max_tokens * max(1, sequences),
         rate=rate(remote, currency),
     )
 

@@ -3,8 +3,9 @@ quota reserves, the tokens counted as a stream is relayed, the usage record it i
 and how it ended (metric and log labels).
 
 The reservation is made before the request runs, from the prompt estimate of
-:mod:`~tokenfleet.gateway.policy.bodies` and every token its ``n`` choices may generate, and
-the engine is always sent that ``max_tokens``, so the reservation bounds what it can generate.
+:mod:`~tokenfleet.gateway.policy.bodies` (summed over a prompt list) and every token each of its
+sequences may generate (max(n, best_of) per prompt), and the engine is always sent that
+``max_tokens`` per sequence, so the reservation bounds what it can generate.
 It is settled with the engine's own usage report when the request ran to its end (the gateway
 asks for one on every stream), else with what was relayed to the client: one token per
 relayed event that carries generated text.
@@ -18,23 +19,31 @@ from tokenfleet.gateway.policy.rejections import Reason
 
 
 def max_tokens(
-    requested: int, *, cap: int | None, context: int | None = None, prompt_tokens: int = 0
+    requested: int,
+    *,
+    cap: int | None,
+    context: int | None = None,
+    prompt_tokens: int = 0,
+    sequences: int = 1,
 ) -> int:
-    """The request's max_tokens within the tenant's cap (no cap, or 0: the request's own) and
-    the model's context room (its context window less the prompt estimate; never below 1).
+    """The request's max_tokens per sequence within its share of the tenant's cap (no cap, or
+    0: the request's own; the cap bounds all ``sequences`` together) and the model's context
+    room (its context window less the prompt estimate; never below 1).
 
-    A request that asked for more than its cap was refused already (bodies.check_limits);
-    this bounds the default a request gets when it asks for nothing."""
-    bounded = min(requested, cap or requested)
+    A request that asked for more than its cap was refused already (bodies.check_limits, also
+    one with more sequences than the cap has tokens); this bounds the default a request gets
+    when it asks for nothing."""
+    share = max(1, cap // max(1, sequences)) if cap else requested
+    bounded = min(requested, share)
     if context:
         bounded = min(bounded, max(1, context - prompt_tokens))
     return bounded
 
 
-def reservation(*, prompt_tokens: int, max_tokens: int, choices: int = 1) -> int:
+def reservation(*, prompt_tokens: int, max_tokens: int, sequences: int = 1) -> int:
     """Tokens the quota holds for a request while it runs: its prompt and all that its
-    ``choices`` (the request's ``n``) may generate."""
-    return prompt_tokens + max_tokens * max(1, choices)
+    ``sequences`` (max(n, best_of) for each prompt of a batch: bodies.Parsed) may generate."""
+    return prompt_tokens + max_tokens * max(1, sequences)
 
 
 #: Where generated text sits in a streamed event: chat deltas, completions, reasoning, and the
