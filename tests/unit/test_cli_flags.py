@@ -13,6 +13,7 @@ import pytest
 
 from tokenfleet import kubectl_plugin
 from tokenfleet.devstack import __main__ as devstack
+from tokenfleet.gateway import key_secrets
 
 
 def plugin_args(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> argparse.Namespace:
@@ -171,3 +172,19 @@ def test_devstack_still_checks_ports_given_before_the_command(
     with pytest.raises(SystemExit) as refused:
         devstack_args(monkeypatch, ["--ports", "sometimes", "down"])
     assert refused.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "namespace"),
+    [
+        pytest.param(["create-key", "acme"], "default", id="default"),
+        pytest.param(["create-key", "acme", "-n", "team"], "team", id="after"),
+        pytest.param(["-n", "team", "create-key", "acme"], "team", id="before"),
+        pytest.param(["-n", "a", "create-key", "acme", "--namespace", "b"], "b", id="after-wins"),
+    ],
+)
+def test_tenant_namespace_is_accepted_before_or_after_the_subcommand(
+    argv: list[str], namespace: str
+) -> None:
+    args = key_secrets.parse(argv)
+    assert (args.name, args.namespace) == ("acme", namespace)

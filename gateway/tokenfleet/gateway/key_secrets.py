@@ -74,14 +74,27 @@ async def create_key(
         return key
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="tokenfleet tenant", description=__doc__)
+def parse(argv: list[str]) -> argparse.Namespace:
+    """``tokenfleet tenant`` arguments; ``-n`` before or after the subcommand (after wins)."""
+    # kubectl users put -n anywhere: before the subcommand or after it (after wins)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--namespace", "-n", default=argparse.SUPPRESS)
+    parser = argparse.ArgumentParser(
+        prog="tokenfleet tenant", description=__doc__, parents=[common]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    create = sub.add_parser("create-key", help="generate a key, print it once, store its hash")
+    create = sub.add_parser(
+        "create-key", help="generate a key, print it once, store its hash", parents=[common]
+    )
     create.add_argument("name", help="the Tenant")
-    create.add_argument("--namespace", "-n", default="default")
     create.add_argument("--replace", action="store_true", help="revoke the tenant's other keys")
     args = parser.parse_args(argv)
+    args.namespace = getattr(args, "namespace", "default")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
     try:
         key = asyncio.run(create_key(args.namespace, args.name, replace=args.replace))
     except (ApiError, aiohttp.ClientError, kubernetes.config.ConfigException) as exc:
