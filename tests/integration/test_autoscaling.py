@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from support.gateway import running, start_gateway
 from support.objects import manifest
 from support.operator import service_account_kubeconfig
 from tokenfleet.api import labels
+from tokenfleet.devstack import prometheus
 
 
 def pool_status(cluster: Cluster, ns: str) -> dict[str, Any]:
@@ -198,7 +200,7 @@ def test_prometheus_frozen_holds_replicas_and_says_so(
                 (
                     c
                     for c in pool_status(cluster, ns).get("conditions", [])
-                    if c["type"] == "MetricsUnavailable" and c["status"] == "True"
+                    if c["type"] == "MetricsUnavailable" and c["reason"] == "SignalsUnreadable"
                 ),
                 None,
             ),
@@ -208,13 +210,76 @@ def test_prometheus_frozen_holds_replicas_and_says_so(
         assert pool_status(cluster, ns)["replicas"] == 3
     finally:
         os.kill(prometheus, signal.SIGCONT)
+    # readable again; no gateway is scraped in this cluster, so queue age is named as missing
+    # (SignalsMissing) while the engines' signals run the decision
     wait_for(
-        "fresh again",
+        "readable again",
         lambda: any(
-            c["type"] == "MetricsUnavailable" and c["status"] == "False"
+            c["type"] == "MetricsUnavailable" and c["reason"] != "SignalsUnreadable"
             for c in pool_status(cluster, ns).get("conditions", [])
         ),
         timeout=30,
+    )
+
+
+def metrics_condition(cluster: Cluster, ns: str) -> dict[str, Any]:
+    found = [
+        c
+        for c in pool_status(cluster, ns).get("conditions", [])
+        if c["type"] == "MetricsUnavailable"
+    ]
+    return found[0] if found else {}
+
+
+def test_a_gateway_prometheus_cannot_scrape_is_named_not_fresh(
+    cluster: Cluster, ns: str, operator: Any
+) -> None:
+    """The make-up bug of 2026-12-06: the gateway's target was down, queue-age scaling was off,
+    and the pool said its signals were fresh. A gateway target that refuses connections makes
+    MetricsUnavailable True with the missing series, the job and its scrape error, and a
+    Warning Event; with the target gone the job is named as not scraped at all."""
+    deploy(cluster, ns)
+    wait_for("3 ready", lambda: pool_status(cluster, ns).get("readyReplicas") == 3, timeout=60)
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    nodes = cluster.get("nodes", "-l", "tokenfleet.io/simulated-node=true")["items"]
+    pod = prometheus.host_pod(
+        job="tokenfleet-gateway",
+        name=f"gateway-down-{port}",
+        port=port,
+        node=sorted(n["metadata"]["name"] for n in nodes)[0],
+    )
+    cluster.apply(pod)
+    try:
+        down = wait_for(
+            "queue age named as missing with the scrape error",
+            lambda: (
+                (c := metrics_condition(cluster, ns)).get("reason") == "SignalsMissing"
+                and "connection refused" in c.get("message", "")
+                and c
+            ),
+            timeout=60,
+        )
+        assert down["status"] == "True"
+        assert (
+            f'tokenfleet_gateway_queue_oldest_age_seconds{{pool="{ns}/auto"}}' in (down["message"])
+        )
+        assert "connection refused" in down["message"]
+        events = cluster.get("events", "-n", ns, "--field-selector", "reason=SignalsMissing")[
+            "items"
+        ]
+        assert events and events[0]["type"] == "Warning"
+    finally:
+        meta = pod["metadata"]
+        cluster.kubectl("delete", "pod", meta["name"], "-n", meta["namespace"], "--wait=false")
+    wait_for(
+        "the job named as not scraped at all",
+        lambda: (
+            "job tokenfleet-gateway has no target"
+            in metrics_condition(cluster, ns).get("message", "")
+        ),
+        timeout=60,
     )
 
 

@@ -7,6 +7,7 @@ marks the signals stale, so the decision holds instead of scaling down on silenc
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import math
@@ -87,11 +88,14 @@ class PrometheusSignals:
             if job not in jobs.ALL:
                 continue
             seen = found.get(job, JobHealth())
-            if target.get("health") == "up":
-                found[job] = JobHealth(up=seen.up + 1, down=seen.down, error=seen.error)
-            else:
+            health = target.get("health")
+            if health == "up":
+                found[job] = dataclasses.replace(seen, up=seen.up + 1)
+            elif health == "down":
                 error = seen.error or str(target.get("lastError", ""))[:200]
-                found[job] = JobHealth(up=seen.up, down=seen.down + 1, error=error)
+                found[job] = dataclasses.replace(seen, down=seen.down + 1, error=error)
+            else:  # "unknown": discovered, not scraped yet
+                found[job] = dataclasses.replace(seen, pending=seen.pending + 1)
         return found
 
     def unlabelled_engines(self) -> int:

@@ -61,6 +61,14 @@ def missing(
         ),
         pytest.param(
             dataclasses.replace(FULL, oldest_queue_age=None),
+            {jobs.WORKERS: UP, jobs.GATEWAY: signal_health.JobHealth(pending=2)},
+            3,
+            0,
+            {Why.QUEUE_AGE: "job tokenfleet-gateway's 2 target(s) not scraped yet"},
+            id="gateway-discovered-not-scraped-yet",
+        ),
+        pytest.param(
+            dataclasses.replace(FULL, oldest_queue_age=None),
             {jobs.WORKERS: UP},
             3,
             0,

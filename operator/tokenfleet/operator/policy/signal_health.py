@@ -33,6 +33,7 @@ class JobHealth:
 
     up: int = 0
     down: int = 0
+    pending: int = 0  # discovered, not scraped yet (Prometheus' health "unknown")
     error: str = ""  # a down target's last scrape error
 
 
@@ -50,6 +51,8 @@ class Missing:
 
 def job_problem(job: str, health: JobHealth | None) -> str | None:
     """Why ``job`` yields no series, or None when at least one of its targets is up."""
+    if health is not None and health.up + health.down == 0 and health.pending:
+        return f"job {job}'s {health.pending} target(s) not scraped yet"
     if health is None or health.up + health.down == 0:
         return (
             f"job {job} has no target: Prometheus does not scrape it "
