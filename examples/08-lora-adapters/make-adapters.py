@@ -19,7 +19,11 @@ def safetensors(tensors: dict[str, tuple[int, int]]) -> bytes:
     offset, data = 0, b""
     for name, (rows, cols) in tensors.items():
         size = rows * cols * 2
-        header[name] = {"dtype": "F16", "shape": [rows, cols], "data_offsets": [offset, offset + size]}
+        header[name] = {
+            "dtype": "F16",
+            "shape": [rows, cols],
+            "data_offsets": [offset, offset + size],
+        }
         offset += size
         data += bytes(size)
     text = json.dumps(header, separators=(",", ":")).encode()

@@ -54,12 +54,12 @@ def test_signed_example_serves_and_refuses_a_tampered_model(
     deployment = example(repo, "modeldeployment.yaml")
     assert deployment["spec"]["artifact"]["digest"] == digest, "re-pin the example's digest"
 
-    # The README copies the model to /tmp/tokenfleet-example; a test uses its own directory.
+    # The README copies the model to /tmp/tokenfleet-examples/; a test uses its own directory.
     deployment["spec"]["artifact"]["uri"] = model_dir.as_uri()
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": "model-signing-key"},
+        "metadata": {"name": deployment["spec"]["artifact"]["trust"]["publicKey"]["name"]},
         "stringData": {"public.pem": public.read_text()},
     }
     docs = [secret, example(repo, "inferencepool.yaml"), deployment]

@@ -29,6 +29,13 @@ def blocks(readme: Path) -> list[str]:
     return [m.group(1) for m in FENCE.finditer(readme.read_text())]
 
 
+def shown(readme: Path, after: str) -> str:
+    """The first fenced block after the line containing ``after``: output the README shows."""
+    text = readme.read_text()
+    rest = text[text.index(after) :]
+    return rest.split("```", 2)[1].split("\n", 1)[1]
+
+
 @dataclasses.dataclass(slots=True, kw_only=True)
 class Platform:
     """What `make up` printed, for the test's platform."""
