@@ -9,7 +9,7 @@ Tenants whose concurrency limit is too small to lease (``leases.leasable``) rese
 in Redis per request.
 
 When Redis is unreachable the configured policy holds: fail-open serves with local limits (each
-replica enforces its share, quota / expected replicas, in memory), fail-closed refuses with 503
+gateway process enforces its share, quota / processes, in memory), fail-closed refuses with 503
 — both once the lease in hand is spent. Either way the state is visible: :attr:`healthy` feeds
 /readyz and the ``tokenfleet_gateway_quota_backend_up`` gauge, kept current by the background
 task even when no request needs Redis.
@@ -68,6 +68,8 @@ class QuotaStore:
     def __init__(
         self, *, url: str | None, failure: Literal["open", "closed"], replicas: int
     ) -> None:
+        """``replicas``: the gateway processes sharing the quotas (replicas × workers); each
+        leases, and fails open, within 1 / ``replicas`` of every limit."""
         self._redis = redis_client.RespClient(url, timeout=REDIS_TIMEOUT_SECONDS) if url else None
         self._script = redis_client.Script(self._redis, quotas.LUA) if self._redis else None
         self._failure = failure
@@ -91,6 +93,11 @@ class QuotaStore:
     @property
     def shared(self) -> bool:
         return self._redis is not None
+
+    @property
+    def share(self) -> float:
+        """This process's part of every limit, for its leases and fail-open local limits."""
+        return self._share
 
     async def close(self) -> None:
         """Give every lease back, then disconnect."""
