@@ -45,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
         "--replicas",
         type=int,
         default=int(os.environ.get("TOKENFLEET_GATEWAY_REPLICAS", "1")),
-        help="gateway replicas sharing the quotas (sizes fail-open local limits)",
+        help="gateway replicas sharing the quotas: with --workers, each process takes "
+        "1/(replicas x workers) of every limit for its leases and fail-open local limits",
     )
     p.add_argument(
         "--body-timeout",

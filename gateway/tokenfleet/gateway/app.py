@@ -175,7 +175,7 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
         quotas=QuotaStore(
             url=settings.redis_url,
             failure=settings.quota_failure,
-            replicas=settings.expected_replicas,
+            replicas=settings.processes,  # each process leases (and fails open) on its own
         ),
         admitter=Admitter(),
         router=router.Router(settings, registry.routing),

@@ -44,8 +44,8 @@ class Settings:
     """Redis down: 'open' serves with local limits (quota / replicas); 'closed' refuses."""
     expected_replicas: int = 1
     """Gateway replicas (TOKENFLEET_GATEWAY_REPLICAS, which the chart sets from its replica
-    count): they share the quotas (fail-open local limits are sized by it) and the engines'
-    slots (:attr:`processes`)."""
+    count): with the workers, they share the quotas (each process's leases and fail-open local
+    limits are sized by :attr:`processes`) and the engines' slots."""
     salt_secret: bytes = b""
     """HMAC key for cache_salt; every replica must share it."""
     max_body_bytes: int = 4 * 1024 * 1024

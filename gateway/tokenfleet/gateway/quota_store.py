@@ -2,12 +2,14 @@
 
 Most requests do not wait for Redis: they are admitted from a lease, a small share of the
 tenant's budget this replica took earlier (:mod:`~tokenfleet.gateway.policy.leases`, which
-states the bound), and settle into it; a background task gives idle shares back. Tenants whose
-concurrency limit is too small to lease (``leases.leasable``) reserve and settle in Redis per
-request.
+states the bound), and settle into it; a background task gives idle shares back. Requests the
+lease cannot cover wait for its next grant: one at a time per lease, each asking for every
+request waiting when it leaves, so a burst costs a round trip or two, not one per request.
+Tenants whose concurrency limit is too small to lease (``leases.leasable``) reserve and settle
+in Redis per request.
 
 When Redis is unreachable the configured policy holds: fail-open serves with local limits (each
-replica enforces its share, quota / expected replicas, in memory), fail-closed refuses with 503
+gateway process enforces its share, quota / processes, in memory), fail-closed refuses with 503
 — both once the lease in hand is spent. Either way the state is visible: :attr:`healthy` feeds
 /readyz and the ``tokenfleet_gateway_quota_backend_up`` gauge, kept current by the background
 task even when no request needs Redis.
@@ -24,7 +26,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
-from tokenfleet.gateway import redis_client
+from tokenfleet.gateway import lease_grants, redis_client
 from tokenfleet.gateway.policy import leases, quotas
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
@@ -34,7 +36,6 @@ APPLIED = leases.Outcome.APPLIED
 REDIS_TIMEOUT_SECONDS = 0.5  # a quota check must never hold a request longer than this
 RETRY_REDIS_SECONDS = 2.0
 HOUSEKEEPING_SECONDS = 0.5  # how often idle leases are given back and Redis's health checked
-GRANT_ATTEMPTS = 3  # grants whose slot a request that came meanwhile drew, before per-request
 
 _T = TypeVar("_T")
 #: A give-back no lease can hold again (its limits changed): (tenant, limits, requests, tokens,
@@ -67,6 +68,8 @@ class QuotaStore:
     def __init__(
         self, *, url: str | None, failure: Literal["open", "closed"], replicas: int
     ) -> None:
+        """``replicas``: the gateway processes sharing the quotas (replicas × workers); each
+        leases, and fails open, within 1 / ``replicas`` of every limit."""
         self._redis = redis_client.RespClient(url, timeout=REDIS_TIMEOUT_SECONDS) if url else None
         self._script = redis_client.Script(self._redis, quotas.LUA) if self._redis else None
         self._failure = failure
@@ -76,6 +79,9 @@ class QuotaStore:
         )
         self._local: dict[str, quotas.Buckets] = {}
         self._leases: dict[str, leases.Lease] = {}
+        self._grants = lease_grants.GrantQueue(
+            grant=self._grant, can_ask=self._use_redis, detach=self._detached
+        )
         self._owed: list[_Owed] = []
         self._round_trips: set[asyncio.Task[Any]] = set()  # grants and give-backs under way
         self._housekeeping: asyncio.Task[None] | None = None
@@ -87,6 +93,11 @@ class QuotaStore:
     @property
     def shared(self) -> bool:
         return self._redis is not None
+
+    @property
+    def share(self) -> float:
+        """This process's part of every limit, for its leases and fail-open local limits."""
+        return self._share
 
     async def close(self) -> None:
         """Give every lease back, then disconnect."""
@@ -204,8 +215,8 @@ class QuotaStore:
     async def _from_lease(
         self, tenant: str, limits: quotas.Limits, tokens: int
     ) -> Reservation | Rejected | None:
-        """Admitted from the lease, topped up from Redis if it falls short; None when Redis
-        cannot be asked (the caller's fallback decides)."""
+        """Admitted from the lease, or after waiting for its next grant; None when Redis cannot
+        be asked (the caller's fallback decides) or the per-request path must."""
         if limits.tokens_per_minute is not None and tokens > limits.tokens_per_minute:
             return quotas.refusal("tokens_per_minute_too_small", -1, limits, tokens)
         lease = self._lease_of(tenant, limits)
@@ -214,28 +225,17 @@ class QuotaStore:
             if lease.holds():
                 return None  # could not be given back: Redis is down
             lease.limits = limits
-        reservation = Reservation(tenant=tenant, limits=limits, tokens=tokens, local=False)
-        reservation.leased = True
         if lease.take(tokens, time.monotonic()):
-            return reservation
-        for _ in range(GRANT_ATTEMPTS):
-            if not self._use_redis():
-                return None
-            # In a task of its own, run to its end even if this request is cancelled meanwhile
-            # (its client left): what Redis granted lands in the lease either way.
-            granted = await asyncio.shield(self._detached(self._grant(tenant, lease, tokens)))
-            if granted is not True:
-                return granted
-            if lease.limits != limits:  # they changed since: the lease is not for us
-                return None
-            if lease.has_slot():
-                # The grant covers the shortfall seen before the round trip; if a settlement
-                # charged the lease more meanwhile, the request still goes (the debt is the
-                # prompt estimate's overshoot, repaid by the next grant). A slot allows no debt.
-                lease.draw(tokens, time.monotonic())
-                return reservation
-            # a request that came meanwhile drew the slot: ask again
-        return None  # the exact per-request path decides
+            return _leased(tenant, limits, tokens)
+        if not self._use_redis():
+            return None
+        waiting = leases.Waiting(tokens=tokens, limits=limits)
+        turn, refusal = await self._grants.wait(tenant, lease, waiting)
+        if turn is leases.Turn.ADMITTED:
+            return _leased(tenant, limits, tokens)
+        if turn is leases.Turn.REFUSED and refusal is not None:
+            return quotas.refusal(refusal.reason, refusal.retry_ms, limits, tokens)
+        return None
 
     def _detached(self, round_trip: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
         """``round_trip`` in a task the store holds (not the request's: a cancelled request must
@@ -246,42 +246,35 @@ class QuotaStore:
         return task
 
     async def _grant(
-        self, tenant: str, lease: leases.Lease, tokens: int
-    ) -> Literal[True] | Rejected | None:
-        """Ask Redis for what the lease lacks to admit ``tokens``, and some more, and add it to
-        the lease: True once added, the refusal, or None if Redis could not be reached or its
-        answer was lost (not credited: see policy.leases) or the lease's limits changed
-        meanwhile (the grant goes back)."""
+        self, tenant: str, lease: leases.Lease, asked: leases.Ask
+    ) -> tuple[leases.Grant, lease_grants.Refusal | None]:
+        """Ask Redis for ``asked`` and add what it granted to the lease; the refusal's reason
+        if refused. Unanswered if Redis could not be reached or its answer was lost (not
+        credited: see policy.leases), or the lease's limits changed meanwhile (the grant goes
+        back)."""
         limits = lease.limits
-        requests, least, slots = lease.shortfall(tokens)
-        extra_requests, extra_tokens = leases.extras(limits, tokens=tokens, share=self._share)
         day, left = quotas.day_of(time.time())
-        args = [
-            "lease", requests, least, slots,
-            extra_requests, extra_tokens, lease.extra_slots(),
-            *limits.as_args(), left,
-        ]  # fmt: skip
         assert self._lease_script is not None
         self._count_call()
-        lease.asking += 1
         try:
-            answer = await self._lease_script(keys=quotas.keys(tenant, day), args=args)
+            answer = await self._lease_script(
+                keys=quotas.keys(tenant, day),
+                args=["lease", *asked.args(), *limits.as_args(), left],
+            )
         except (redis_client.RespError, OSError, TimeoutError) as exc:
             self._mark(False, exc)
-            return None  # not credited, even if it may have run: the bound (policy.leases)
-        finally:
-            lease.asking -= 1
+            return leases.Grant.UNANSWERED, None  # not credited, even if it may have run
         self._mark(True)
         self._start_housekeeping()
         if not int(answer[0]):
             reason = answer[2].decode() if isinstance(answer[2], bytes) else str(answer[2])
-            return quotas.refusal(reason, int(answer[1]), limits, tokens)
+            return leases.Grant.REFUSED, lease_grants.Refusal(reason, int(answer[1]))
         got = int(answer[1]), int(answer[2]), int(answer[3])
         if lease.limits != limits:  # they changed while we asked: the grant goes back
             await self._return(tenant, limits, *got)
-            return None
+            return leases.Grant.UNANSWERED, None
         lease.add(*got[:2], time.monotonic(), slots=got[2])
-        return True
+        return leases.Grant.GRANTED, None
 
     def _start_housekeeping(self) -> None:
         if self._housekeeping is None or self._housekeeping.done():
@@ -374,3 +367,9 @@ class QuotaStore:
                     self._owed.append((tenant, limits, requests, tokens, slots))
             return outcome
         return APPLIED
+
+
+def _leased(tenant: str, limits: quotas.Limits, tokens: int) -> Reservation:
+    reservation = Reservation(tenant=tenant, limits=limits, tokens=tokens, local=False)
+    reservation.leased = True
+    return reservation

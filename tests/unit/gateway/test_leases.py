@@ -1,12 +1,18 @@
 """Quota leases' pure core (policy.leases): what a lease admits, what it asks for, when it goes
-back."""
+back; what one grant asks for all the requests waiting on a lease (at least the smallest one's
+need, at most all of theirs plus the lease's top-up), how its answer is handed out to them, and
+— with quotas.Buckets standing for Redis — bursts at once to one process or to six, within the
+limit and beyond it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from tokenfleet.gateway.policy import leases
+from tokenfleet.gateway.policy import leases, quotas
 from tokenfleet.gateway.policy.quotas import Limits
+from tokenfleet.gateway.policy.rejections import Rejected
 
 RPM = Limits(requests_per_minute=600)
 
@@ -144,15 +150,11 @@ def test_a_grant_asks_for_slots_up_to_the_cap_after_the_request_drew_its_own(
     free: int, shortfall: int, extra: int
 ) -> None:
     lease = leases.Lease(limits=CONC, free_slots=free)
-    assert lease.shortfall(0)[2] == shortfall and lease.extra_slots() == extra
+    asked = leases.ask(lease, [leases.Waiting(tokens=0, limits=CONC)])
+    assert asked is not None and (asked.slots, asked.extra_slots) == (shortfall, extra)
     lease.add(1, 0, now=0.0, slots=shortfall + extra)
     lease.draw(0, now=0.0)
     assert lease.free_slots == max(free, 1) - 1 + extra <= lease.max_free_slots - 1
-
-
-def test_while_a_grant_is_under_way_others_ask_only_for_their_own_slot() -> None:
-    lease = leases.Lease(limits=CONC, asking=1)
-    assert lease.shortfall(0)[2] == 1 and lease.extra_slots() == 0
 
 
 def test_a_leased_request_draws_a_slot_and_its_settlement_brings_it_back() -> None:
@@ -213,3 +215,242 @@ def test_only_a_give_back_that_certainly_did_not_run_is_tried_again(
     outcome: leases.Outcome, again: bool
 ) -> None:
     assert leases.give_back_again(outcome) is again
+
+
+def waiting(*tokens: int, limits: Limits, rounds: int = 0) -> list[leases.Waiting]:
+    return [leases.Waiting(tokens=t, limits=limits, rounds=rounds) for t in tokens]
+
+
+RPM_TPM = Limits(requests_per_minute=600, tokens_per_minute=1_000_000)
+RPM_100 = Limits(requests_per_minute=100)
+TPM = Limits(tokens_per_minute=10_000)
+
+
+@pytest.mark.parametrize(
+    ("lease", "asking", "expected"),
+    [
+        pytest.param(
+            leases.Lease(limits=RPM_TPM),
+            waiting(100, limits=RPM_TPM),
+            (1, 100, 0, 7, 700, 0),
+            id="one-request-room-for-8-like-it-as-before",
+        ),
+        pytest.param(
+            leases.Lease(limits=RPM_100),
+            waiting(*[0] * 50, limits=RPM_100),
+            (1, 0, 0, 49 + 7, 0, 0),
+            id="fifty-at-once-one-grant-for-all-and-one-top-up",
+        ),
+        pytest.param(
+            leases.Lease(limits=RPM_100, share=1 / 6),
+            waiting(*[0] * 17, limits=RPM_100),
+            (1, 0, 0, 16, 0, 0),
+            id="a-tenth-of-a-small-share-is-no-top-up-exactly-what-waits",
+        ),
+        pytest.param(
+            leases.Lease(limits=RPM_TPM, requests=5, tokens=20),
+            waiting(100, limits=RPM_TPM),
+            (0, 80, 0, 3, 700, 0),
+            id="the-cap-is-the-leases-what-it-holds-counts",
+        ),
+        pytest.param(
+            leases.Lease(limits=RPM_TPM, tokens=5000),
+            waiting(100, limits=RPM_TPM),
+            (1, 0, 0, 7, 0, 0),
+            id="tokens-held-beyond-the-top-up-none-asked",
+        ),
+        pytest.param(
+            leases.Lease(limits=TPM),
+            waiting(500, 100, 300, limits=TPM),
+            # at least the smallest (a refusal refuses all three), up to all three and room
+            # for 7 more like the smallest (unlimited requests cost nothing)
+            (1, 100, 0, 3 + 7 - 1, 900 + 700 - 100, 0),
+            id="at-least-what-the-smallest-lacks",
+        ),
+        pytest.param(
+            leases.Lease(limits=CONC),
+            waiting(0, 0, 0, 0, 0, limits=CONC),
+            (1, 0, 1, 11, 0, 5 + 7 - 1),
+            id="a-slot-for-each-and-free-slots-up-to-the-cap-less-one",
+        ),
+        pytest.param(
+            leases.Lease(limits=CONC, free_slots=3, requests=1),
+            waiting(0, 0, limits=CONC),
+            (0, 0, 0, 2 + 7 - 1, 0, 2 + 7 - 3),
+            id="free-slots-held-count",
+        ),
+    ],
+)
+def test_one_grant_asks_for_every_waiting_request_and_tops_the_lease_up_to_its_cap(
+    lease: leases.Lease, asking: list[leases.Waiting], expected: tuple[int, ...]
+) -> None:
+    asked = leases.ask(lease, asking)
+    assert asked is not None and tuple(asked.args()) == expected
+
+
+def test_requests_under_other_limits_are_not_asked_for() -> None:
+    lease = leases.Lease(limits=RPM_100)
+    assert leases.ask(lease, waiting(10, limits=RPM_TPM)) is None
+    asked = leases.ask(lease, [*waiting(10, limits=RPM_TPM), *waiting(0, limits=RPM_100)])
+    assert asked is not None and (asked.requests, asked.extra_requests) == (1, 7)
+
+
+A, WAIT, AGAIN, REFUSED, PER = (
+    leases.Turn.ADMITTED,
+    leases.Turn.WAIT,
+    leases.Turn.AGAIN,
+    leases.Turn.REFUSED,
+    leases.Turn.PER_REQUEST,
+)
+GRANTED, NO, LOST = leases.Grant.GRANTED, leases.Grant.REFUSED, leases.Grant.UNANSWERED
+
+
+@pytest.mark.parametrize(
+    ("lease", "asking", "grant", "turns"),
+    [
+        pytest.param(
+            leases.Lease(limits=RPM_TPM, requests=2, tokens=30),
+            waiting(10, 10, 10, limits=RPM_TPM),
+            None,
+            [A, A, WAIT],
+            id="before-a-grant-what-the-lease-holds-goes-at-once",
+        ),
+        pytest.param(
+            leases.Lease(limits=RPM_TPM, requests=3, tokens=30),
+            waiting(10, 10, 10, limits=RPM_TPM),
+            GRANTED,
+            [A, A, A],
+            id="granted-in-full-all-admitted",
+        ),
+        pytest.param(
+            leases.Lease(limits=RPM_TPM, requests=2, tokens=30),
+            waiting(10, 10, 10, limits=RPM_TPM),
+            GRANTED,
+            [A, A, AGAIN],
+            id="granted-short-the-rest-wait-for-the-next",
+        ),
+        pytest.param(
+            leases.Lease(limits=RPM_TPM, requests=1, tokens=30),
+            waiting(10, 10, limits=RPM_TPM, rounds=leases.GRANT_ROUNDS - 1),
+            GRANTED,
+            [A, PER],
+            id="short-on-its-last-round-per-request",
+        ),
+        pytest.param(
+            leases.Lease(limits=RPM_TPM, requests=2, tokens=50),
+            waiting(100, 10, limits=RPM_TPM),
+            GRANTED,
+            [AGAIN, A],
+            id="a-big-one-left-short-does-not-hold-small-ones-back",
+        ),
+        pytest.param(
+            leases.Lease(limits=CONC, requests=1, free_slots=1),
+            waiting(0, 0, limits=CONC),
+            NO,
+            [A, REFUSED],
+            id="refused-but-the-lease-is-looked-at-again",
+        ),
+        pytest.param(
+            leases.Lease(limits=RPM_100),
+            waiting(0, 0, limits=RPM_100),
+            NO,
+            [REFUSED, REFUSED],
+            id="refused-and-nothing-held-all-refused",
+        ),
+        pytest.param(
+            leases.Lease(limits=RPM_100, requests=1),
+            waiting(0, 0, limits=RPM_100),
+            LOST,
+            [A, PER],
+            id="unanswered-per-request-unless-held",
+        ),
+        pytest.param(
+            leases.Lease(limits=RPM_100, requests=5),
+            waiting(0, limits=RPM_TPM),
+            GRANTED,
+            [PER],
+            id="under-other-limits-per-request",
+        ),
+    ],
+)
+def test_a_grants_answer_hands_the_lease_out_to_the_waiting_oldest_first(
+    lease: leases.Lease,
+    asking: list[leases.Waiting],
+    grant: leases.Grant | None,
+    turns: list[leases.Turn],
+) -> None:
+    held = lease.requests
+    assert leases.hand_out(lease, asking, grant=grant, now=1.0) == turns
+    assert lease.requests == held - turns.count(A)
+
+
+def test_a_request_that_left_puts_what_it_drew_back() -> None:
+    lease = leases.Lease(limits=CONC, requests=1, tokens=10, free_slots=1)
+    assert lease.take(10, now=0.0)
+    lease.put_back(10)
+    assert (lease.requests, lease.tokens, lease.free_slots) == (1, 10, 1)
+
+
+def serve(limits: Limits, sizes: list[int], *, share: float) -> int:
+    """Bursts of ``sizes`` requests (of 10 tokens) at once, one a process, each process's lease
+    asking for all its waiting requests in turn; quotas.Buckets stands for Redis, the clock
+    stands still (no refill). How many were admitted."""
+    shared = quotas.Buckets()
+    held = [leases.Lease(limits=limits, share=share) for _ in sizes]
+    queues = [waiting(*[10] * n, limits=limits) for n in sizes]
+    admitted = 0
+    while any(queues):
+        for lease, queue in zip(held, queues, strict=True):
+            asked = leases.ask(lease, queue)
+            if asked is None:
+                continue
+            got = shared.lease(
+                limits,
+                requests=asked.requests,
+                tokens=asked.tokens,
+                slots=asked.slots,
+                extra_requests=asked.extra_requests,
+                extra_tokens=asked.extra_tokens,
+                extra_slots=asked.extra_slots,
+                now=0.0,
+            )
+            if not isinstance(got, Rejected):
+                lease.add(got[0], got[1], now=0.0, slots=got[2])
+            grant = leases.Grant.REFUSED if isinstance(got, Rejected) else leases.Grant.GRANTED
+            turns = leases.hand_out(lease, queue, grant=grant, now=0.0)
+            admitted += turns.count(A)
+            queue[:] = [
+                dataclasses.replace(w, rounds=w.rounds + 1)
+                for w, turn in zip(queue, turns, strict=True)
+                if turn is AGAIN
+            ]
+    return admitted
+
+
+@pytest.mark.parametrize(
+    ("limits", "sizes", "share", "admitted"),
+    [
+        pytest.param(RPM_100, [50], 1.0, 50, id="rpm-100-fifty-at-once"),
+        pytest.param(RPM_100, [100], 1.0, 100, id="rpm-100-the-whole-limit-at-once"),
+        pytest.param(RPM_100, [150], 1.0, 100, id="rpm-100-beyond-it"),
+        pytest.param(RPM_100, [17, 17, 17, 17, 16, 16], 1 / 6, 100, id="rpm-100-six-processes"),
+        pytest.param(RPM_100, [40] * 6, 1 / 6, 100, id="rpm-100-six-processes-beyond-it"),
+        pytest.param(
+            Limits(requests_per_minute=600), [90] * 6, 1 / 6, 540, id="rpm-600-six-processes"
+        ),
+        # beyond the limit, the three leases served in full keep their top-ups (7 each) for
+        # later: the limit less a tenth of it at most is admitted at once
+        pytest.param(
+            Limits(requests_per_minute=600), [150] * 6, 1 / 6, 600 - 3 * 7, id="rpm-600-beyond"
+        ),
+        pytest.param(
+            Limits(tokens_per_minute=6_000), [600], 1.0, 600, id="tpm-the-whole-limit-at-once"
+        ),
+        pytest.param(Limits(max_concurrent=60), [60], 1.0, 60, id="slots-the-whole-limit"),
+        pytest.param(Limits(max_concurrent=60), [90], 1.0, 60, id="slots-beyond-the-limit"),
+    ],
+)
+def test_bursts_are_admitted_up_to_the_limit_and_never_beyond(
+    limits: Limits, sizes: list[int], share: float, admitted: int
+) -> None:
+    assert serve(limits, sizes, share=share) == admitted

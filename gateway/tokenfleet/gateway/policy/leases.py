@@ -15,11 +15,25 @@ counter stays ≤ ``maxConcurrent``), so the requests in flight across all repli
 ``maxConcurrent``. A request's slot returns to the lease when it settles; only free (idle) slots
 are given back, never those of requests still running.
 
+Bursts (:func:`ask`, :func:`hand_out`): the requests a lease cannot cover wait for its next
+grant — one at a time per lease, asking for all of them at once: at least what the smallest
+lacks, up to what they all lack plus the lease's top-up, as far as the shared balances reach.
+So N requests sent at once to one replica cost one or two round trips and are all admitted
+while the limit has N left, and up to what it has left beyond. The top-up — what the lease keeps
+once the waiting requests drew theirs — is capped per lease, not per grant: room for
+``REQUESTS_PER_LEASE`` − 1 more requests like the smallest waiting one, within
+``SHARE_OF_LIMIT`` of this replica's share of each limit (:func:`extras`), and
+:func:`slot_share` − 1 free slots, less what the lease holds. Whatever a grant's answer, a
+waiting request the lease covers then goes (settlements bring tokens and slots back while a
+grant is refused); one a grant fell short of waits for the next (:data:`GRANT_ROUNDS`).
+
 What leasing costs is the other direction: a share held by one replica is not available to the
 others until it is given back, at most ``min(REQUESTS_PER_LEASE requests, SHARE_OF_LIMIT of the
-limit)`` per replica and tenant. For concurrency that is at most :func:`slot_share` free slots
-(a grant leaves one fewer, while a grant is under way others ask for no more than their own
-slot); settlements may fill a lease beyond that with the slots of requests that just finished,
+limit)`` per replica and tenant — ``SHARE_OF_LIMIT`` of the limit in all, with ``share`` = 1 /
+replicas. A burst spread over replicas is admitted in full up to the limit less what the
+others keep (the whole limit when a tenth of a replica's share is under two requests: 100 a
+minute over six). For concurrency that is at most :func:`slot_share` free slots; settlements
+may fill a lease beyond that with the slots of requests that just finished,
 which others may reuse at once, and the store gives the surplus back at its next housekeeping
 beat (half a second: ``quota_store.HOUSEKEEPING_SECONDS``). A replica that dies keeps its share: the
 per-minute buckets refill it by themselves (within ``SHARE_OF_LIMIT`` × 60 s = 6 s), tokens per
@@ -55,6 +69,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+from collections.abc import Sequence
 
 from tokenfleet.gateway.policy.quotas import Limits
 
@@ -63,6 +78,8 @@ SHARE_OF_LIMIT = 0.1  # at most this much of a per-minute limit (per replica sha
 SHARE_OF_DAY = 0.001  # at most this much of a tokens-per-day limit (about 1.4 min of it)
 IDLE_SECONDS = 2.0  # give a share back once the tenant has been quiet this long here
 HOLD_SECONDS = 10.0  # and after this long in any case, so that shares move to where demand is
+GRANT_ROUNDS = 3  # grants a waiting request waits through, each landing short of it, before the
+# exact per-request path decides (a balance that ran short answers the next grant with a refusal)
 
 
 def slot_share(limits: Limits, share: float) -> int:
@@ -109,7 +126,6 @@ class Lease:
     requests: int = 0
     tokens: int = 0
     free_slots: int = 0
-    asking: int = 0  # grants under way for this lease (the I/O shell counts them)
     taken_at: float = 0.0  # when the first share of this lease was granted
     used_at: float = 0.0  # the last admission or settlement
 
@@ -137,7 +153,8 @@ class Lease:
     def draw(self, tokens: int, now: float) -> None:
         """Admit one request of ``tokens`` whether or not the share covers its request and
         tokens (a debt the next grant covers first) — but never without a slot: a concurrency
-        limit allows no debt, so check :meth:`has_slot` first."""
+        limit allows no debt, so check :meth:`has_slot` first. The gateway draws through
+        :meth:`take` only; this is the arithmetic."""
         assert self.has_slot()
         self.requests -= 1
         self.tokens -= tokens
@@ -150,14 +167,13 @@ class Lease:
         slots = max(0, 1 - self.free_slots) if self.counts_slots else 0
         return max(0, 1 - self.requests), max(0, tokens - self.tokens), slots
 
-    def extra_slots(self) -> int:
-        """Slots a grant may bring beyond :meth:`shortfall`'s: as many as leave
-        ``max_free_slots - 1`` free once the asking request drew its own, so that its
-        settlement fills the lease to ``max_free_slots`` at most; none while another grant is
-        under way (several at once would fill the lease several times)."""
-        if not self.counts_slots or self.asking > 0:
-            return 0
-        return max(0, self.max_free_slots - max(self.free_slots, 1))
+    def put_back(self, tokens: int) -> None:
+        """Undo a :meth:`take` whose request left before it learnt it was admitted: its
+        request, tokens and slot are the lease's again."""
+        self.requests += 1
+        self.tokens += tokens
+        if self.counts_slots:
+            self.free_slots += 1
 
     def add(self, requests: int, tokens: int, now: float, slots: int = 0) -> None:
         """A grant arrived."""
@@ -224,3 +240,111 @@ def extras(limits: Limits, *, tokens: int, share: float) -> tuple[int, int]:
     extra_tokens = capped(tokens * more, limits.tokens_per_minute, SHARE_OF_LIMIT, tokens)
     extra_tokens = capped(extra_tokens, limits.tokens_per_day, SHARE_OF_DAY, tokens)
     return extra_requests, extra_tokens
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Waiting:
+    """A request its lease could not cover, waiting for the lease's next grant."""
+
+    tokens: int
+    limits: Limits  # the tenant's limits when it came: a lease under others is not for it
+    rounds: int = 0  # grants that landed without covering it
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Ask:
+    """One grant's question to Redis (``quotas.LEASE_LUA``'s lease): at least ``requests``,
+    ``tokens`` and ``slots`` — else it is refused — and up to the extras more, as far as the
+    shared balances reach."""
+
+    requests: int
+    tokens: int
+    slots: int
+    extra_requests: int
+    extra_tokens: int
+    extra_slots: int
+
+    def args(self) -> list[int]:
+        """In the script's ARGV order."""
+        return [
+            self.requests,
+            self.tokens,
+            self.slots,
+            self.extra_requests,
+            self.extra_tokens,
+            self.extra_slots,
+        ]
+
+
+def ask(lease: Lease, waiting: Sequence[Waiting]) -> Ask | None:
+    """What one grant asks for, for all the requests waiting on ``lease`` under its limits at
+    once; None when none does.
+
+    At least what the smallest of them lacks, so that a refusal refuses every one of them. At
+    most what they all lack together plus the lease's top-up — room for
+    :data:`REQUESTS_PER_LEASE` − 1 more requests like that smallest one, within
+    ``SHARE_OF_LIMIT`` of this process's share of each limit (:func:`extras`), and
+    ``max_free_slots`` − 1 free slots — less what the lease holds already. The cap is the
+    lease's, not the grant's: however many requests wait, what the lease keeps once they drew
+    is the top-up at most."""
+    mine = [w for w in waiting if w.limits == lease.limits]
+    if not mine:
+        return None
+    smallest = min(w.tokens for w in mine)
+    requests, tokens, slots = lease.shortfall(smallest)
+    top_requests, top_tokens = extras(lease.limits, tokens=smallest, share=lease.share)
+    wanted_slots = len(mine) + lease.max_free_slots - 1 - lease.free_slots - slots
+    return Ask(
+        requests=requests,
+        tokens=tokens,
+        slots=slots,
+        extra_requests=max(0, len(mine) + top_requests - lease.requests - requests),
+        extra_tokens=max(0, sum(w.tokens for w in mine) + top_tokens - lease.tokens - tokens),
+        extra_slots=max(0, wanted_slots) if lease.counts_slots else 0,
+    )
+
+
+class Grant(enum.Enum):
+    """What a grant's round trip came to."""
+
+    GRANTED = "granted"  # added to the lease: what was asked, or less if the balances ran short
+    REFUSED = "refused"  # Redis refused even the least asked: a limit is reached
+    UNANSWERED = "unanswered"  # nothing to credit: Redis down, the answer lost (see above), or
+    # the limits changed meanwhile (the grant went back)
+
+
+class Turn(enum.Enum):
+    """What becomes of a waiting request once its grant's answer is in."""
+
+    ADMITTED = "admitted"  # drawn from the lease
+    WAIT = "wait"  # not asked for yet: it waits for the next grant
+    AGAIN = "again"  # the grant landed short of it: it waits for the next one, a round later
+    REFUSED = "refused"  # the grant was refused, and the lease does not cover it either
+    PER_REQUEST = "per-request"  # no grant to wait for: the exact per-request path decides (or,
+    # Redis down, the fallback)
+
+
+def hand_out(
+    lease: Lease, waiting: Sequence[Waiting], *, grant: Grant | None, now: float
+) -> list[Turn]:
+    """Each waiting request's turn, oldest first, once a grant's answer is in (``grant``), or
+    before a grant is asked for (None: what the lease holds already goes at once, the rest
+    wait). Admitted if the lease covers it now, whatever the answer: a refused grant is not the
+    last word, since what settlements brought meanwhile is there too. Else, after a refusal,
+    refused; after a grant that fell short of it, again — at most :data:`GRANT_ROUNDS` grants —
+    and otherwise per request. Draws on ``lease`` for the admitted ones."""
+    turns = []
+    for w in waiting:
+        if w.limits != lease.limits:
+            turns.append(Turn.PER_REQUEST)
+        elif lease.take(w.tokens, now):
+            turns.append(Turn.ADMITTED)
+        elif grant is None:
+            turns.append(Turn.WAIT)
+        elif grant is Grant.REFUSED:
+            turns.append(Turn.REFUSED)
+        elif grant is Grant.GRANTED and w.rounds + 1 < GRANT_ROUNDS:
+            turns.append(Turn.AGAIN)
+        else:
+            turns.append(Turn.PER_REQUEST)
+    return turns
