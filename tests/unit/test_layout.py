@@ -83,3 +83,10 @@ def test_cli_lists_its_commands_and_rejects_unknown_ones(
     assert "operator" in capsys.readouterr().out
     assert cli.main(["frobnicate"]) == 2
     assert "unknown command" in capsys.readouterr().err
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest imports test modules by basename (rootdir, no __init__.py): two files of one
+    name in different folders stop the whole run at collection."""
+    names = [p.name for p in (REPO / "tests").rglob("test_*.py")]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
