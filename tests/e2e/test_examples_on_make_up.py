@@ -582,18 +582,51 @@ def test_09_chat_auto_routes_by_rule_once_its_models_are_served(
 
 
 def test_every_target_is_up_on_loopback_or_the_bridge(platform: Platform) -> None:
-    with urllib.request.urlopen(f"{platform.prometheus}/api/v1/targets?state=active") as resp:
-        targets = json.load(resp)["data"]["activeTargets"]
-    by_job: dict[str, list[dict[str, Any]]] = {}
-    for t in targets:
-        by_job.setdefault(t["labels"]["job"], []).append(t)
-    assert {"vllm", "tokenfleet-gateway", "tokenfleet-operator"} <= set(by_job), set(by_job)
-    for job, found in by_job.items():
-        for t in found:
-            host = t["scrapeUrl"].split("//")[1].split(":")[0]
-            assert host.startswith(("127.", "10.250.0.")), (job, t["scrapeUrl"])
-        down = [(t["scrapeUrl"], t["lastError"]) for t in found if t["health"] != "up"]
-        assert not down, (job, down)
+    """Every target of the shipped jobs is scraped on loopback or the bridge, and every one
+    whose pod runs is up. The journeys just created and deleted pods: a target still being
+    discovered (health unknown) or whose pod is gone is not judged, and discovery gets a
+    minute to settle."""
+
+    def targets() -> list[dict[str, Any]]:
+        url = f"{platform.prometheus}/api/v1/targets?state=active"
+        with urllib.request.urlopen(url) as resp:
+            return list(json.load(resp)["data"]["activeTargets"])
+
+    def running() -> set[tuple[str, str]]:
+        pods = kubectl(platform, "get", "pods", "-A", "-o", "json")["items"]
+        return {
+            (p["metadata"]["namespace"], p["metadata"]["name"])
+            for p in pods
+            if p.get("status", {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
+        }
+
+    last: list[tuple[str, str, str]] = []
+
+    def settled() -> list[dict[str, Any]] | None:
+        found, alive = targets(), running()
+        judged = [
+            t
+            for t in found
+            if t["health"] != "unknown"
+            and (t["labels"].get("namespace"), t["labels"].get("pod")) in alive
+        ]
+        last[:] = [
+            (t["labels"]["job"], t["scrapeUrl"], t["lastError"])
+            for t in judged
+            if t["health"] != "up"
+        ]
+        return None if last else found
+
+    try:
+        found = wait_for("every running target up", settled, timeout=60, every=2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; down: {last}") from None
+    jobs = {t["labels"]["job"] for t in found}
+    assert {"vllm", "tokenfleet-gateway", "tokenfleet-operator"} <= jobs, jobs
+    for t in found:
+        host = t["scrapeUrl"].split("//")[1].split(":")[0]
+        assert host.startswith(("127.", "10.250.0.")), (t["labels"]["job"], t["scrapeUrl"])
 
 
 def test_nothing_dialled_the_machines_own_address(watch: netwatch.TcpWatch) -> None:

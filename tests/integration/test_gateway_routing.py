@@ -16,6 +16,7 @@ import http.client
 import json
 import random
 import statistics
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -264,8 +265,16 @@ def test_fallback_model_takes_requests_the_primary_has_no_room_for(tmp: Path) ->
     cfg["tenants"] = [{**TENANT, "priorityClass": "standard"}]
     with running(start_gateway(tmp, cfg)) as g:
         body = {"model": "big", "prompt": "hi", "max_tokens": 10}
+        # at once: on a loaded machine a pool's threads can start a second apart, and big
+        # (1 s a request) then serves them one after another
+        together = threading.Barrier(4)
+
+        def send(_: int) -> Any:
+            together.wait(timeout=30)
+            return post(g, body)
+
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            results = list(pool.map(lambda _: post(g, body), range(4)))
+            results = list(pool.map(send, range(4)))
         fallbacks = metric(g, "tokenfleet_gateway_fallbacks_total", model="big", fallback="small")
     big.kill()
     small.kill()

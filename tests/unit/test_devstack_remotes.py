@@ -83,6 +83,6 @@ def test_the_default_ports_are_the_examples_and_up_prints_them(tmp_path: Path) -
         "provider": f"http://127.0.0.1:{ports.provider}/v1",
     }
     info = {"kubeconfig": "k", "remotes": urls}
-    text = cli._usage(tmp_path, info, Path("/bin"))
+    text = cli.usage_text(tmp_path, info)
     assert all(url in text for url in urls.values()) and "remote-keys" in text
-    assert "spills to" not in cli._usage(tmp_path, {"kubeconfig": "k"}, Path("/bin"))
+    assert "spills to" not in cli.usage_text(tmp_path, {"kubeconfig": "k"})
