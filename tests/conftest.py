@@ -1,6 +1,5 @@
 """Settings every test tier shares."""
 
-import fcntl
 import os
 
 import pytest
@@ -34,17 +33,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         )
 
 
-def realnode_holder() -> str | None:
+def realnode_holder() -> int | None:
     """The pid holding the real node's lock, or None when it is free."""
     from tokenfleet.devstack.realnode_host import LOCK
+    from tokenfleet.devstack.stack import lock_holder
 
-    if not LOCK.exists():
-        return None
-    with LOCK.open("a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            return handle.read().strip() or "?"
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return None
+    return lock_holder(LOCK)

@@ -115,7 +115,12 @@ def held_lock(state_dir: Path) -> Iterator[IO[str]]:
 
 def running_pid(state_dir: Path) -> int | None:
     """The pid of the stack holding this state directory's lock, or None."""
-    path = lock_path(state_dir)
+    return lock_holder(lock_path(state_dir))
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid written in a lock file whose flock is held (-1 when unreadable), or None when
+    nobody holds it: a state directory's lock, or the real node's machine-wide one."""
     if not path.exists():
         return None
     with path.open("a+") as handle:
