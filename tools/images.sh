@@ -45,13 +45,16 @@ ensure_loaded() { # tag archive
 
 # The locked wheels of an image, downloaded by the host's pip (cached, hashes checked): builds
 # install from them offline, so they need no network and no trust in the host's TLS proxy.
+# Every manylinux tag (and legacy alias) the base's glibc (Debian bookworm: 2.36) runs: pip takes --platform
+# literally and does not add the older compatible tags itself.
+platforms=$(for p in manylinux1 manylinux2010 manylinux2014 $(seq -f 'manylinux_2_%g' 5 36); do
+  printf -- '--platform %s_x86_64 ' "$p"; done)
 wheelhouse() { # lock-file → directory
   local dir=$cache/wheels/$(sha256sum "$1" | cut -c1-12)
   if [ ! -f "$dir/.complete" ]; then
     rm -rf "$dir" && mkdir -p "$dir"
     "${PYTHON:-python3}" -m pip download -q --disable-pip-version-check --no-deps --require-hashes \
-      --only-binary :all: --python-version 3.11 --implementation cp --platform manylinux2014_x86_64 \
-      --platform manylinux_2_28_x86_64 --platform manylinux_2_34_x86_64 -d "$dir" -r "$1" >&2
+      --only-binary :all: --python-version 3.11 --implementation cp $platforms -d "$dir" -r "$1" >&2
     touch "$dir/.complete"
   fi
   echo "$dir"
