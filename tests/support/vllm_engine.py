@@ -100,9 +100,7 @@ class Engine:
             metric, _, rest = head.partition("{")
             if metric != name:
                 continue
-            pairs = dict(
-                p.split("=", 1) for p in rest.rstrip("}").split(",") if "=" in p
-            )
+            pairs = dict(p.split("=", 1) for p in rest.rstrip("}").split(",") if "=" in p)
             if all(pairs.get(k, "").strip('"') == v for k, v in labels.items()):
                 total += float(value)
                 seen = True
@@ -117,9 +115,7 @@ class Engine:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
-def argv(
-    model_dir: Path, *, name: str, port: int, extra: Sequence[str] = ()
-) -> list[str]:
+def argv(model_dir: Path, *, name: str, port: int, extra: Sequence[str] = ()) -> list[str]:
     """``vllm serve`` as the CPU worker image runs it (the operator's CPU flags: an explicit KV
     size, never --gpu-memory-utilization; eager, as the image has no compiler)."""
     return [
@@ -173,7 +169,9 @@ def start(
                 return engine
         time.sleep(1.0)
     stop(process, signal.SIGKILL)
-    raise AssertionError(f"vllm serve not ready after {START_TIMEOUT_SECONDS:.0f} s:\n{engine.tail()}")
+    raise AssertionError(
+        f"vllm serve not ready after {START_TIMEOUT_SECONDS:.0f} s:\n{engine.tail()}"
+    )
 
 
 @contextlib.contextmanager
