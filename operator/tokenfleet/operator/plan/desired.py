@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tokenfleet.api import base, labels
-from tokenfleet.api.deployment import ModelDeploymentSpec
+from tokenfleet.api.deployment import DEFAULT_IMAGES, ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.operator.plan import adapter_loader
 from tokenfleet.operator.policy import revisions
@@ -232,9 +232,10 @@ def worker_deployment(
     if accel.product:
         selector[labels.GPU_PRODUCT] = accel.product
     gpus = {accel.resource_name: str(accel.count)}
+    image = model.engine.image or DEFAULT_IMAGES[accel.kind]
     container = {
         "name": "vllm",
-        "image": model.engine.image,
+        "image": image,
         "args": serve_args(model),
         "ports": [{"name": "http", "containerPort": HTTP_PORT}],
         "env": artifact_env(model),
@@ -259,7 +260,7 @@ def worker_deployment(
     )
     if adapter_loader.serves_adapters(model):
         container["env"] = [*container["env"], adapter_loader.RUNTIME_LORA_ENV]
-        containers.append(adapter_loader.container(model, engine_port=HTTP_PORT))
+        containers.append(adapter_loader.container(model, image=image, engine_port=HTTP_PORT))
         volumes += adapter_loader.volumes(model)
     manifest: Manifest = {
         "apiVersion": "apps/v1",
