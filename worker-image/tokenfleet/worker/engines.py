@@ -26,9 +26,16 @@ _SAME_MEANING = (
     "--max-loras",
     "--max-cpu-loras",
 )
-#: vLLM flags with a value that describe GPU memory and parallelism, or the adapters' weight
-#: shapes (``--max-lora-rank``): no meaning for an engine that loads no weights.
-_GPU_ONLY = ("--tensor-parallel-size", "--gpu-memory-utilization", "--max-lora-rank")
+#: vLLM flags with a value that describe GPU memory and parallelism, the KV cache's size and
+#: the engine's shutdown wait (a CPU pool's), or the adapters' weight shapes
+#: (``--max-lora-rank``): no meaning for an engine that loads no weights.
+_GPU_ONLY = (
+    "--tensor-parallel-size",
+    "--gpu-memory-utilization",
+    "--kv-cache-memory-bytes",
+    "--shutdown-timeout",
+    "--max-lora-rank",
+)
 #: vLLM switches the simulator lacks because it is always so: it always accepts runtime LoRA
 #: loads (``/v1/load_lora_adapter``), so ``--enable-lora`` has nothing to turn on (and the
 #: simulator refuses flags it does not know).
