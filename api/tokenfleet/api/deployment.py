@@ -486,7 +486,8 @@ class Revision(Model):
     reason: str = Field(
         default="",
         description="Verification verdict: Verified, SignatureInvalid, DigestMismatch, "
-        "UntrustedSigner or ArtifactUnreachable; empty until a worker has reported.",
+        "UntrustedSigner or ArtifactUnreachable; or DeviceMismatch (the worker's image is built "
+        "for another device than its pool's nodes); empty until a worker has reported.",
     )
     signer: str = Field(default="", description="Who signed the artifact, once verified.")
     trust_fingerprint: str = Field(
