@@ -229,3 +229,12 @@ def test_the_sizing_is_explained() -> None:
         "4 CPU and 16Gi per replica: KV cache 12 GiB (16Gi less 4 GiB of engine overhead), "
         "3 compute threads"
     )
+
+
+def test_a_cpu_worker_runs_eager_unless_the_spec_asks_to_compile() -> None:
+    """The CPU image has no C++ compiler (torch.compile's inductor needs one at run time):
+    eager by default; extraArgs come last, so --no-enforce-eager wins for an image with g++."""
+    args = container(render(pool(), model()))["args"]
+    assert "--enforce-eager" in args
+    compiled = container(render(pool(), model(extraArgs=["--no-enforce-eager"])))["args"]
+    assert compiled.index("--no-enforce-eager") > compiled.index("--enforce-eager")
