@@ -87,10 +87,13 @@ GOLDEN_CONFIG_MAP = "tiny-llama-golden"
 #: The replay's sampling seed (Quality.seed's default).
 SEED = 0
 #: ``vllm serve`` flags the golden set is recorded with; a deployment's engine must match them
-#: where they change answers (``--dtype``: vLLM's auto would run this float32 model in bfloat16).
+#: where they change answers (``--dtype``: vLLM's auto would run this float32 model in bfloat16;
+#: ``--enforce-eager``: as the operator runs every CPU worker, so the replay meets the same
+#: arithmetic as the recording — and no compile warm-up here).
 ENGINE_FLAGS = (
     "--max-model-len", "1024",
     "--enable-prefix-caching",
+    "--enforce-eager",
     "--dtype", "float32",
     "--seed", str(SEED),
 )  # fmt: skip
