@@ -560,7 +560,16 @@ class Stack:
         await self._start(server, "", session)
         example = REPO / "examples" / real_engine.EXAMPLE
         await asyncio.to_thread(
-            self._kubectl, "apply", "-f", str(models / "trust-secret.yaml"), "-f", str(example)
+            self._kubectl,
+            "apply",
+            "-f",
+            str(models / "trust-secret.yaml"),
+            "-f",
+            str(models / "golden-set.yaml"),
+            "-f",
+            str(example / "inferencepool.yaml"),
+            "-f",
+            str(example / "modeldeployment.yaml"),
         )
 
     async def _start_remotes(self, session: aiohttp.ClientSession) -> None:
