@@ -8,8 +8,14 @@ import json
 import uuid
 from typing import Any
 
+import pytest
+
 from support import vllm_engine
 from support.gateway import key_hash
+
+#: Every lane module's timeout: pytest-timeout counts the engine's start (up to
+#: START_TIMEOUT_SECONDS on a loaded machine) in the first test that needs it.
+TIMEOUT = pytest.mark.timeout(int(vllm_engine.START_TIMEOUT_SECONDS) + 300)
 
 #: Sequences the engine batches at once: a burst of 12 is a full batch plus a queue of 10.
 MAX_NUM_SEQS = 2

@@ -23,9 +23,12 @@ from typing import Any
 import pytest
 import yaml
 
+from engine import lane
 from support import vllm_engine
 from tokenfleet.api.deployment import ModelDeploymentSpec
 from tokenfleet.operator.plan import desired
+
+pytestmark = lane.TIMEOUT
 
 REPO = Path(__file__).resolve().parents[2]
 #: Runs in the engine's venv: reads a JSON object {case id: argv} on stdin, prints {case id:

@@ -22,11 +22,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from engine import lane
 from engine.lane import JSON
 from support.cluster import wait_for
 from support.vllm_engine import Engine
 from tokenfleet.gateway import router
 from tokenfleet.signals import queries, vllm
+
+pytestmark = lane.TIMEOUT
 
 REPO = Path(__file__).resolve().parents[2]
 #: Where TokenFleet reads engine metrics: code, rules, dashboards, chart (not the docs, and not

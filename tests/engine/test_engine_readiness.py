@@ -25,6 +25,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from engine import lane
 from engine.lane import JSON, MAX_NUM_SEQS
 from support.cluster import wait_for
 from support.objects import BASE
@@ -32,6 +33,8 @@ from support.vllm_engine import Engine
 from tokenfleet.api.deployment import ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.operator.plan import desired
+
+pytestmark = lane.TIMEOUT
 
 BURST = 12
 #: Tokens each stream of the burst asks for: far more than the probes take to run, so the

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from engine import lane
 from engine.lane import KEYS, PATHS, send
 from support.cluster import wait_for
 from support.gateway import Gateway, access_record, gateway_metric
@@ -33,6 +34,8 @@ from support.vllm_engine import Engine
 from tokenfleet.gateway.policy import bodies, engine_errors
 from tokenfleet.gateway.policy.rejections import Reason
 from tokenfleet.signals import usage, vllm
+
+pytestmark = lane.TIMEOUT
 
 
 def body(engine: Engine, kind: str, **fields: Any) -> dict[str, Any]:

@@ -188,18 +188,29 @@ def start(
     log = log_dir / f"vllm-{name}-{port}.log"
     process = spawn(full, log, env={**os.environ, **ENV, **(env or {})})
     engine = Engine(name=name, port=port, log=log, process=process)
+    try:
+        wait_ready(engine)
+    except BaseException:  # not ready, or the test's timeout or ^C struck while it waited
+        halt(engine)
+        raise
+    return engine
+
+
+def wait_ready(engine: Engine) -> None:
+    """Until /health answers and one completion succeeds, within START_TIMEOUT_SECONDS."""
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         if not engine.alive():
             raise AssertionError(f"vllm serve exited during start-up:\n{engine.tail()}")
         with contextlib.suppress(OSError):
             status, _ = engine.post(
-                "/v1/completions", {"model": name, "prompt": "ping", "max_tokens": 1}, timeout=10
+                "/v1/completions",
+                {"model": engine.name, "prompt": "ping", "max_tokens": 1},
+                timeout=10,
             )
             if status == 200:
-                return engine
+                return
         time.sleep(1.0)
-    halt(engine)
     raise AssertionError(
         f"vllm serve not ready after {START_TIMEOUT_SECONDS:.0f} s:\n{engine.tail()}"
     )
