@@ -5,13 +5,16 @@ command, ``python3 -c <probe> <served model>``, with only the engine's port put 
 8000 is, and killed after the probe's own ``timeoutSeconds`` as the kubelet does.
 
 Matrix: a saturated replica — 12 long streams sent at once to a batch of 2 (a full batch and a
-queue of 10), probed repeatedly while the queue stands: every probe must pass; a wedged engine
-(its EngineCore process stopped with SIGSTOP), busy and idle: the probe must fail, and pass
-again once the process continues (SIGCONT). The probe's latency under saturation is printed.
+queue of 10), probed repeatedly while the queue stands: the pod must stay Ready as the kubelet
+judges it (never failureThreshold failures in a row) with most probes passing; a wedged engine
+(its EngineCore process stopped with SIGSTOP), busy and idle: the probe must fail
+failureThreshold times in a row (NotReady), and pass again once the process continues (SIGCONT).
+The probe's latency under saturation is printed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import os
@@ -40,12 +43,21 @@ BURST = 12
 #: Tokens each stream of the burst asks for: far more than the probes take to run, so the
 #: queue stands throughout (the streams are closed once the probes are done).
 LONG = 900
-PROBES = 5
+PROBES = 6
 
 
-def rendered_probe(engine: Engine) -> tuple[list[str], float]:
-    """(the readiness probe's command for ``engine``, its timeout in seconds), from the
-    Deployment the operator renders for a model served under the engine's name."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Probe:
+    """The rendered readiness probe, pointed at the lane's engine."""
+
+    command: list[str]
+    timeout: float  # timeoutSeconds: the kubelet counts a probe running longer as failed
+    failures: int  # failureThreshold: this many failures in a row make the pod NotReady
+
+
+def rendered_probe(engine: Engine) -> Probe:
+    """The readiness probe of the Deployment the operator renders for a model served under the
+    engine's name."""
     model = {**BASE["ModelDeployment"], "model": {"name": engine.name}}
     manifest = desired.worker_deployment(
         namespace="lane",
@@ -62,15 +74,21 @@ def rendered_probe(engine: Engine) -> tuple[list[str], float]:
         for part in probe["exec"]["command"]
     ]
     assert command != probe["exec"]["command"], "the probe no longer dials 127.0.0.1:8000"
-    return command, float(probe["timeoutSeconds"])
+    return Probe(
+        command=command,
+        timeout=float(probe["timeoutSeconds"]),
+        failures=int(probe["failureThreshold"]),
+    )
 
 
 def probe(engine: Engine) -> tuple[bool, float]:
-    """Run the probe once: (ready, seconds it took)."""
-    command, timeout = rendered_probe(engine)
+    """Run the probe once as the kubelet does: (passed, seconds it took)."""
+    rendered = rendered_probe(engine)
     start = time.monotonic()
     try:
-        done = subprocess.run(command, capture_output=True, timeout=timeout, check=False)
+        done = subprocess.run(
+            rendered.command, capture_output=True, timeout=rendered.timeout, check=False
+        )
     except subprocess.TimeoutExpired:
         return False, time.monotonic() - start
     return done.returncode == 0, time.monotonic() - start
@@ -121,11 +139,15 @@ def test_the_readiness_probe_passes_on_a_full_batch_with_a_queue(
         running, waiting = queue(engine)
         assert running == MAX_NUM_SEQS and waiting > 0, "the probe ran on a replica with room"
     latencies = [seconds for _, seconds in results]
+    passed = [ok for ok, _ in results]
     print(
-        f"probe under saturation: median {statistics.median(latencies):.2f} s, "
-        f"max {max(latencies):.2f} s over {PROBES}"
+        f"probe under saturation: {sum(passed)} of {PROBES} passed, median "
+        f"{statistics.median(latencies):.2f} s, max {max(latencies):.2f} s"
     )
-    assert [ready for ready, _ in results] == [True] * PROBES, results
+    # Ready as the kubelet judges it: never failureThreshold failures in a row
+    in_a_row = max(len(run) for run in "".join("x" if ok else "-" for ok in passed).split("x"))
+    assert in_a_row < rendered_probe(engine).failures, results
+    assert sum(passed) > PROBES // 2, results  # and mostly by passing, not by luck
 
 
 @pytest.mark.parametrize("busy", [True, False], ids=["busy", "idle"])
@@ -143,8 +165,8 @@ def test_the_readiness_probe_fails_while_the_engine_core_is_stopped_and_passes_a
         wait_for("a busy engine", lambda: queue(engine)[0] == MAX_NUM_SEQS, timeout=60)
     core = engine.core_pid()
     os.kill(core, signal.SIGSTOP)
-    try:
-        wedged, seconds = probe(engine)
+    try:  # failureThreshold probes in a row: what turns the pod NotReady
+        wedged = [probe(engine) for _ in range(rendered_probe(engine).failures)]
         health = engine.get("/health")  # what a /health probe would have seen meanwhile
     finally:
         os.kill(core, signal.SIGCONT)
@@ -152,6 +174,6 @@ def test_the_readiness_probe_fails_while_the_engine_core_is_stopped_and_passes_a
         conn.close()
     wait_for("the engine to be idle", lambda: queue(engine) == (0, 0), timeout=30)
     recovered, _ = probe(engine)
-    assert not wedged, f"the probe passed on a stopped engine core ({seconds:.1f} s)"
+    assert not any(ok for ok, _ in wedged), f"a probe passed on a stopped engine core: {wedged}"
     assert health == b""  # vLLM's /health answers 200 for a stopped core: no use as a probe
     assert recovered
