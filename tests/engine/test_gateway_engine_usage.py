@@ -195,13 +195,17 @@ def test_a_client_that_leaves_mid_stream_is_charged_exactly_the_tokens_it_read(
                     read.append(json.loads(line[len(b"data: ") :]))
         except TimeoutError:
             pass
-        generated = since(engine, before)["generated"]
+        used = since(engine, before)
+        generated = used["generated"]
         leave(conn)
     finally:
         os.kill(core, signal.SIGCONT)
     charged = settled(gateway, request_id)
     with_text = sum(1 for e in read if text_of(e))
-    print(f"read {generated:.0f} tokens in {len(read)} events ({with_text} with text)")
+    print(
+        f"read {generated:.0f} tokens in {len(read)} events ({with_text} with text); prompt "
+        f"charged {charged['prompt']} (the gateway's estimate), the engine's {used['prompt']:.0f}"
+    )
     if token_ids:
         ids = sum(len(c.get("token_ids") or []) for e in read for c in e.get("choices", []))
         assert ids == generated
