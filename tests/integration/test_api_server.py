@@ -101,9 +101,16 @@ def test_printer_columns_show_in_kubectl_get(cluster: Cluster, ns: str) -> None:
     cluster.apply(
         manifest("Tenant", "cols", ns, {**BASE["Tenant"], "quotas": {"tokensPerMinute": 777}})
     )
+    cpu = {"accelerator": {"kind": "CPU", "cpu": "4", "memory": "16Gi"}}
+    cluster.apply(manifest("InferencePool", "cpu", ns, cpu))
     pools = cluster.kubectl("get", "tfpool", "-n", ns).stdout.splitlines()
     assert pools[0].split()[:4] == ["NAME", "GPU", "MIN", "MAX"]
     assert pools[1].split()[:4] == ["cols", "NVIDIA-H100-80GB-HBM3", "3", "12"]
+    # Device, last before Age, defaulted by the API server: a pool written before CPU pools
+    # is a GPU pool; a CPU pool has no GPU product (an empty cell)
+    assert pools[0].split()[-2:] == ["DEVICE", "AGE"]
+    assert pools[1].split()[-2] == "GPU"
+    assert pools[2].split()[:3] == ["cpu", "1", "10"] and pools[2].split()[-2] == "CPU"
     tenants = cluster.kubectl("get", "tftenant", "-n", ns).stdout
     assert "777" in tenants and "interactive" in tenants
 

@@ -188,6 +188,62 @@ INVALID = [
         'Unsupported value: "Random"',
     ),
     _case(
+        "pool-cpu-with-a-gpu-product",
+        "InferencePool",
+        {"accelerator": {"kind": "CPU", "cpu": "4", "memory": "16Gi"}},
+        "accelerator.product names a GPU model",
+    ),
+    _case(
+        "pool-cpu-with-two-gpus",
+        "InferencePool",
+        {"accelerator": {"kind": "CPU", "product": "", "count": 2, "cpu": "4", "memory": "16Gi"}},
+        "accelerator.count is GPUs per replica",
+    ),
+    _case(
+        "pool-cpu-with-a-gpu-resource",
+        "InferencePool",
+        {
+            "accelerator": {
+                "kind": "CPU",
+                "product": "",
+                "resourceName": "amd.com/gpu",
+                "cpu": "4",
+                "memory": "16Gi",
+            }
+        },
+        "a CPU pool requests none",
+    ),
+    _case(
+        "pool-cpu-without-memory",
+        "InferencePool",
+        {"accelerator": {"kind": "CPU", "product": "", "cpu": "4"}},
+        "a CPU pool must say what each replica requests",
+    ),
+    _case(
+        "pool-gpu-with-cpu-sizing",
+        "InferencePool",
+        {"accelerator": {"memory": "16Gi"}},
+        "accelerator.cpu and accelerator.memory size the replicas of CPU pools",
+    ),
+    _case(
+        "pool-unknown-device",
+        "InferencePool",
+        {"accelerator": {"kind": "TPU"}},
+        'Unsupported value: "TPU"',
+    ),
+    _case(
+        "model-empty-image",
+        "ModelDeployment",
+        {"engine": {"image": ""}},
+        "at least 1 chars long",
+    ),
+    _case(
+        "model-kv-cache-not-a-quantity",
+        "ModelDeployment",
+        {"engine": {"kvCacheMemory": "8 GB"}},
+        "should match",
+    ),
+    _case(
         "model-two-trust-methods",
         "ModelDeployment",
         {"artifact": {"trust": {"sigstore": {"identity": "a@b.c", "issuer": "https://x"}}}},

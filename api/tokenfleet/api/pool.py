@@ -1,4 +1,4 @@
-"""InferencePool: GPU capacity — accelerator, zones, warm floor, bounds, scaling, admission."""
+"""InferencePool: GPU or CPU capacity — accelerator, zones, warm floor, scaling, admission."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tokenfleet.api.base import (
     refuse_first,
     validations,
 )
+from tokenfleet.api.quantity import QUANTITY
 
 
 class Toleration(Model):
@@ -33,27 +34,106 @@ class Toleration(Model):
     )
 
 
-class Accelerator(Model):
-    """What one replica needs from a node."""
+#: What a pool's nodes serve with: GPUs (vLLM's CUDA build) or CPUs (vLLM's CPU build).
+Device = Literal["GPU", "CPU"]
 
+#: The CEL rules of a CPU pool's accelerator, with the messages the API server answers; the
+#: pydantic mirror below refuses the same specs with the same words.
+_CPU_RULES = (
+    (
+        "self.kind != 'CPU' || self.product == ''",
+        "accelerator.product names a GPU model (node label nvidia.com/gpu.product); a CPU pool "
+        "has none: remove product, or set kind: GPU",
+    ),
+    (
+        "self.kind != 'CPU' || self.count == 1",
+        "accelerator.count is GPUs per replica; a CPU pool's replica is one vLLM engine on one "
+        "node's CPUs: remove count (tensor parallelism across NUMA nodes is not supported)",
+    ),
+    (
+        "self.kind != 'CPU' || self.resourceName == 'nvidia.com/gpu'",
+        "accelerator.resourceName is the GPU resource a GPU pool requests; a CPU pool requests "
+        "none: remove resourceName",
+    ),
+    (
+        "self.kind != 'CPU' || (has(self.cpu) && has(self.memory))",
+        "a CPU pool must say what each replica requests: set accelerator.cpu and "
+        "accelerator.memory (for example 4 and 16Gi); the KV cache is sized from the memory",
+    ),
+    (
+        "self.kind == 'CPU' || (!has(self.cpu) && !has(self.memory))",
+        "accelerator.cpu and accelerator.memory size the replicas of CPU pools (kind: CPU); a "
+        "GPU pool's workers take their host CPU and memory from the ModelDeployment's "
+        "engine.resources",
+    ),
+)
+
+
+class Accelerator(Model):
+    """What one replica needs from a node: GPUs, or (kind CPU) cores and memory."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(*(cel(rule, message) for rule, message in _CPU_RULES))
+    )
+
+    kind: Device = Field(
+        default="GPU",
+        description="GPU: each replica requests count of resourceName and runs the GPU worker "
+        "image. CPU: each replica runs vLLM's CPU backend (no GPU requested), requests cpu and "
+        "memory, and runs the CPU worker image; for small models, embeddings and classifiers, "
+        "and clusters without GPUs.",
+    )
     resource_name: str = Field(
         default="nvidia.com/gpu",
-        description="Extended resource that counts accelerators on a node.",
+        description="Extended resource that counts accelerators on a node (GPU pools).",
     )
     count: int = Field(
-        default=1, ge=1, le=16, description="Accelerators per replica (tensor parallel size)."
+        default=1,
+        ge=1,
+        le=16,
+        description="Accelerators per replica (tensor parallel size); 1 on CPU pools.",
     )
     product: str = Field(
         default="",
         description="Required value of the node label nvidia.com/gpu.product, for example "
-        "NVIDIA-H100-80GB-HBM3. Empty accepts any product.",
+        "NVIDIA-H100-80GB-HBM3. Empty accepts any product. GPU pools only.",
+    )
+    cpu: str | None = Field(
+        default=None,
+        pattern=QUANTITY,
+        description='CPU pools: cores each replica requests, e.g. "4". vLLM gets this many '
+        "compute threads less one (at least one), left to its API server and engine core. A "
+        "ModelDeployment's engine.resources.cpu overrides it.",
+    )
+    memory: str | None = Field(
+        default=None,
+        pattern=QUANTITY,
+        description='CPU pools: memory each replica requests and is limited to, e.g. "16Gi". '
+        "The KV cache gets this less 4 GiB of engine overhead (vLLM's three processes and a "
+        "small model's weights) unless the ModelDeployment's engine.kvCacheMemory sets it. "
+        "A ModelDeployment's engine.resources.memory overrides it.",
     )
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="Extra node labels every worker pod requires."
     )
     tolerations: list[Toleration] = Field(
-        default_factory=list, description="Tolerations for tainted GPU nodes."
+        default_factory=list, description="Tolerations for tainted accelerator nodes."
     )
+
+    @model_validator(mode="after")
+    def _mirror_cel(self) -> Accelerator:
+        """The CEL rules above, so that parsing outside the API server refuses the same."""
+        cpu = self.kind == "CPU"
+        sized = self.cpu is not None, self.memory is not None
+        failed = (
+            cpu and self.product != "",
+            cpu and self.count != 1,
+            cpu and self.resource_name != "nvidia.com/gpu",
+            cpu and not all(sized),
+            not cpu and any(sized),
+        )
+        refuse_first([(f, message) for f, (_, message) in zip(failed, _CPU_RULES, strict=True)])
+        return self
 
 
 class Zones(Model):
@@ -350,7 +430,8 @@ class Cost(Model):
         ge=0,
         le=10000,
         description="Price of one accelerator (accelerator.count per replica) for one hour, "
-        "in currency units. Ready replicas are charged, busy or warm-idle.",
+        "in currency units; on a CPU pool, of one replica. Ready replicas are charged, busy or "
+        "warm-idle.",
     )
     currency: str = Field(
         default="USD",
@@ -384,7 +465,7 @@ class Cost(Model):
 
 
 class InferencePoolSpec(Model):
-    """Desired GPU capacity."""
+    """Desired capacity, on GPU nodes or (accelerator.kind CPU) on CPU nodes."""
 
     model_config = ConfigDict(
         json_schema_extra=validations(
@@ -523,7 +604,7 @@ class InferencePoolStatus(Model):
 
 
 class InferencePool(Model):
-    """A pool of warm GPU replicas spread across zones."""
+    """A pool of warm GPU (or CPU) replicas spread across zones."""
 
     spec: InferencePoolSpec = Field(description="Desired capacity.")
     status: InferencePoolStatus | None = Field(default=None, description="Observed state.")

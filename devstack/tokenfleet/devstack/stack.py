@@ -36,6 +36,7 @@ from tokenfleet.devstack import (
     platform,
     processes,
     prometheus,
+    real_engine,
     realnode,
     reboot,
     remotes,
@@ -81,6 +82,8 @@ class Options:
     operator: bool = False  # also run the TokenFleet operator (tests run their own)
     platform: bool = False  # also the operator, Redis, the gateway, a dev tenant and the examples
     real_node: bool = False  # also one real kubelet node (containerd + runc; root, one per machine)
+    #: simulator, or vllm-cpu: also a CPU pool of real vLLM pods on the real node (example 10)
+    engine: str = real_engine.SIMULATOR
     images_dir: Path = dataclasses.field(default_factory=lambda: CACHE / "images" / "current")
 
 
@@ -200,6 +203,7 @@ class Stack:
     async def run(self, stop: asyncio.Event) -> None:
         """Start, announce readiness, serve until ``stop`` is set, tear down."""
         started = time.monotonic()
+        self._check_engine()
         try:
             token = self._prepare_files()
             async with aiohttp.ClientSession() as session:
@@ -235,6 +239,22 @@ class Stack:
                 await asyncio.to_thread(self.real_node.stop)
             self._stop_children()
             log.info("stopped")
+
+    def _check_engine(self) -> None:
+        engine = self.options.engine
+        if engine not in real_engine.ENGINES:
+            raise StackError(
+                f"TOKENFLEET_ENGINE must be one of {', '.join(real_engine.ENGINES)}, not {engine!r}"
+            )
+        if engine == real_engine.VLLM_CPU:
+            if not (self.options.real_node and self.options.platform):
+                raise StackError(
+                    f"TOKENFLEET_ENGINE={engine} runs real vLLM pods on the real node: it needs"
+                    " the platform and the real node (as make up starts by default)"
+                )
+            problem = real_engine.missing(real_engine.models_dir())
+            if problem is not None:
+                raise StackError(problem)
 
     async def _start_control_plane(self, token: str, session: aiohttp.ClientSession) -> KubeApi:
         """The control plane and its nodes; kwok last, once no pod of an earlier run is left
@@ -527,6 +547,30 @@ class Stack:
         health = f"http://127.0.0.1:{self.ports.gateway}/healthz"
         await self._wait_healthy("tokenfleet-gateway (chart)", health, session)
         await self._dev_tenant_and_examples()
+        if self.options.engine == real_engine.VLLM_CPU:
+            await self._real_engine_example(session)
+
+    async def _real_engine_example(self, session: aiohttp.ClientSession) -> None:
+        """Example 10 as its README runs it: the artifact server on the pod bridge, the model
+        set's trust Secret, the CPU pool and its ModelDeployment (real vLLM pods start)."""
+        models = real_engine.models_dir()
+        argv = real_engine.artifact_server_argv(models)
+        health = f"{real_engine.ARTIFACT_URL}/{real_engine.MODEL}/config.json"
+        server = controlplane.Component(name="artifact-server", argv=argv, health_url=health)
+        await self._start(server, "", session)
+        example = REPO / "examples" / real_engine.EXAMPLE
+        await asyncio.to_thread(
+            self._kubectl,
+            "apply",
+            "-f",
+            str(models / "trust-secret.yaml"),
+            "-f",
+            str(models / "golden-set.yaml"),
+            "-f",
+            str(example / "inferencepool.yaml"),
+            "-f",
+            str(example / "modeldeployment.yaml"),
+        )
 
     async def _start_remotes(self, session: aiohttp.ClientSession) -> None:
         """Region-b and the provider as host processes (tokenfleet.devstack.remotes), and
@@ -579,6 +623,7 @@ class Stack:
             "prometheus": f"http://127.0.0.1:{self.ports.prometheus}",
             "startSeconds": round(time.monotonic() - started, 2),
             "realNode": realnode.NODE_NAME if self.real_node is not None else None,
+            "engine": self.options.engine,
             "children": {c.name: c.popen.pid for c in self._children},
             "remotes": self.remote_urls,
         }

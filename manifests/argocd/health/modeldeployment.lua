@@ -1,12 +1,13 @@
 -- Argo CD health of tokenfleet.io/ModelDeployment (Lua 5.1, as Argo CD runs it).
--- Degraded: the canary failed verification (Blocked, or Verified=False with a verifier's
--- reason), or it was rolled back. Suspended: paused by spec.rollout.paused. Progressing:
+-- Degraded: the spec does not fit its pools (Compatible=False: mixed devices, an image for the
+-- other device, a CPU replica too small), the canary failed verification (Blocked, or
+-- Verified=False with a verifier's reason), or it was rolled back. Suspended: paused by spec.rollout.paused. Progressing:
 -- verifying or stepping a canary, replicas starting, or the operator behind the spec.
 -- Healthy: Available with no rollout in flight.
 local hs = {}
 local failures = {
   SignatureInvalid = true, DigestMismatch = true,
-  UntrustedSigner = true, ArtifactUnreachable = true,
+  UntrustedSigner = true, ArtifactUnreachable = true, DeviceMismatch = true,
 }
 
 local function condition(status, kind)
@@ -46,6 +47,13 @@ end
 local rollout = status.rollout or {}
 local canary = text(status.canaryRevision)
 local verified = condition(status, "Verified")
+local compatible = condition(status, "Compatible")
+if compatible ~= nil and compatible.status == "False" then
+  hs.status = "Degraded"
+  hs.message = "does not fit its pools (" .. text(compatible.reason) .. "): " ..
+    text(compatible.message)
+  return hs
+end
 if rollout.phase == "Blocked" then
   hs.status = "Degraded"
   hs.message = "Blocked (" .. text(rollout.reason) .. "): revision " .. canary ..

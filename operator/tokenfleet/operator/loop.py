@@ -38,6 +38,7 @@ from tokenfleet.operator.plan import (
     autoscaling_status,
     canary,
     desired,
+    devices,
     model_status,
     observed,
     pools,
@@ -89,6 +90,13 @@ def _replicas_of(
 
 
 S = TypeVar("S", bound=Model)
+
+
+def _fit(
+    spec: ModelDeploymentSpec, ns: str, specs: Mapping[tuple[str, str], InferencePoolSpec]
+) -> devices.Fit:
+    """The spec fitted to its pools in ``ns`` (plan.devices): what every planner is given."""
+    return devices.fit(spec, pools={p: specs[(ns, p)] for p in spec.pools if (ns, p) in specs})
 
 
 def _status_of(model: type[S], body: Mapping[str, Any] | None) -> S | None:
@@ -145,11 +153,12 @@ class Reconciler:
 
     async def reconcile_all(self, now: datetime.datetime) -> None:
         claims = self._claims()
+        specs = self._pool_specs()
         for body in list(_bodies(self.indexes.pools)):
-            await self._guarded(body, self._reconcile_pool(body, claims, now))
+            await self._guarded(body, self._reconcile_pool(body, claims, specs, now))
         owners = {pool: names[0] for pool, names in claims.items()}
         for body in list(_bodies(self.indexes.models)):
-            await self._guarded(body, self._report_model(body, owners, now))
+            await self._guarded(body, self._report_model(body, owners, specs, now))
         await self._report_tenants(now)
         await self._report_adapters(now)
         await self._report_routes(now)
@@ -327,6 +336,18 @@ class Reconciler:
                 meta["name"],
             )
 
+    def _pool_specs(self) -> dict[tuple[str, str], InferencePoolSpec]:
+        """(namespace, pool) → its spec, for fitting models to their pools' device; a pool
+        whose spec does not parse is left out (its own pass reports it)."""
+        specs = {}
+        for body in _bodies(self.indexes.pools):
+            meta = body["metadata"]
+            with contextlib.suppress(pydantic.ValidationError):
+                specs[(meta["namespace"], meta["name"])] = InferencePoolSpec.model_validate(
+                    body.get("spec", {})
+                )
+        return specs
+
     def _claims(self) -> dict[tuple[str, str], list[str]]:
         """(namespace, pool) → names of ModelDeployments listing it, the winner first."""
         claims: dict[tuple[str, str], list[model_status.Claim]] = {}
@@ -343,7 +364,11 @@ class Reconciler:
         }
 
     async def _reconcile_pool(
-        self, body: dict[str, Any], claims: dict[tuple[str, str], list[str]], now: datetime.datetime
+        self,
+        body: dict[str, Any],
+        claims: dict[tuple[str, str], list[str]],
+        specs: Mapping[tuple[str, str], InferencePoolSpec],
+        now: datetime.datetime,
     ) -> None:
         meta = body["metadata"]
         ns, name = meta["namespace"], meta["name"]
@@ -357,6 +382,8 @@ class Reconciler:
         except pydantic.ValidationError as exc:
             await self._invalid(body, exc, now)
             return
+        fit = _fit(model, ns, specs) if model else None
+        model = fit.spec if fit else None
         old = _status_of(InferencePoolStatus, body)
         demand, autoscaling, metrics_ok, missing = await self._autoscale(
             body, spec, model, old=old.autoscaling if old else None, now=now
@@ -383,6 +410,7 @@ class Reconciler:
                 metrics_ok=metrics_ok,
                 metrics_missing=missing,
                 model_status=_status_of(ModelDeploymentStatus, model_body),
+                misfit=fit.misfit if fit else None,
             )
         )
         # Costs first: an applied Deployment may already carry fewer replicas, and once its
@@ -485,11 +513,16 @@ class Reconciler:
         )
 
     async def _report_model(
-        self, body: dict[str, Any], owners: dict[tuple[str, str], str], now: datetime.datetime
+        self,
+        body: dict[str, Any],
+        owners: dict[tuple[str, str], str],
+        specs: Mapping[tuple[str, str], InferencePoolSpec],
+        now: datetime.datetime,
     ) -> None:
         meta = body["metadata"]
         ns = meta["namespace"]
-        spec = ModelDeploymentSpec.model_validate(body.get("spec", {}))
+        fit = _fit(ModelDeploymentSpec.model_validate(body.get("spec", {})), ns, specs)
+        spec = fit.spec
         existing = frozenset(n for (pool_ns, n) in self.indexes.pools if pool_ns == ns)
         current = _status_of(ModelDeploymentStatus, body)
         pods = self._not_reverifying(
@@ -521,6 +554,7 @@ class Reconciler:
                 evidence=gathered,
                 trust=trust,
                 recheck=recheck,
+                fit=fit,
             )
         )
         await self._report(body, "ModelDeployment", status.to_wire(), events, now)

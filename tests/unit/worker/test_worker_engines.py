@@ -1,6 +1,7 @@
 """The engine a verified worker execs: vLLM (the default) with the rendered args as given, the
 simulator with their equivalent flags (each vLLM flag: kept, mapped, or dropped; the LoRA slots
-kept, --enable-lora and --max-lora-rank dropped), and an unknown
+kept, --enable-lora and --max-lora-rank dropped, as a CPU pool's KV-cache size and shutdown
+wait are), and an unknown
 engine refused before anything is verified."""
 
 from __future__ import annotations
@@ -67,6 +68,16 @@ RENDERED = [
                 "--max-loras", "4", "--max-cpu-loras", "8",
             ],
             id="sim-keeps-lora-slots-drops-enable-and-rank",
+        ),
+        pytest.param(
+            "llm-d-inference-sim",
+            [
+                "--port", "8000", "--tensor-parallel-size", "1",
+                "--kv-cache-memory-bytes", "2147483648", "--shutdown-timeout", "90",
+            ],
+            {},
+            ["llm-d-inference-sim", "--model", SERVED, "--force-dummy-tokenizer", "--port", "8000"],
+            id="sim-drops-a-cpu-pools-kv-cache-and-shutdown",
         ),
         pytest.param(
             "vllm",

@@ -1,8 +1,10 @@
 """The outcome of verifying an artifact, and its wire form (pure).
 
 A worker writes its verdict as JSON to the container's termination message (and the node agent
-to a pod annotation); the operator parses it back with :func:`parse`. The four failure reasons
-are the ones ModelDeployment's ``Verified`` condition reports.
+to a pod annotation); the operator parses it back with :func:`parse`. The failure reasons are
+the ones ModelDeployment's ``Verified`` condition reports: four about the artifact, and
+``DeviceMismatch``, which the worker decides before it fetches anything (its image is built for
+another device than the pool's nodes), reported the same way so that the same path shows it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ class Reason(enum.StrEnum):
     DIGEST_MISMATCH = "DigestMismatch"
     UNTRUSTED_SIGNER = "UntrustedSigner"
     ARTIFACT_UNREACHABLE = "ArtifactUnreachable"
+    #: Not about the artifact: the image's engine is built for another device than the pool's.
+    DEVICE_MISMATCH = "DeviceMismatch"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,6 +15,13 @@ VLLM = "vllm"
 SIMULATOR = "llm-d-inference-sim"
 ENGINES = (VLLM, SIMULATOR)
 
+#: What an image's engine is built for (its Dockerfile's ``TOKENFLEET_DEVICE``) and what a
+#: pool's nodes have (``TOKENFLEET_POOL_DEVICE``, rendered by the operator for CPU pools);
+#: absent means gpu in both, as every image and pool was before CPU pools.
+DEVICES = ("gpu", "cpu")
+#: Engines that serve on either device: the simulator loads no weights.
+_ANY_DEVICE = (SIMULATOR,)
+
 #: vLLM flags the simulator takes with the same meaning (each takes one value). The LoRA slots
 #: (``--max-loras``: adapters in one batch, ``--max-cpu-loras``: adapters kept loaded) are
 #: simulated: a request for an adapter waits for a free slot as on vLLM.
@@ -26,13 +33,33 @@ _SAME_MEANING = (
     "--max-loras",
     "--max-cpu-loras",
 )
-#: vLLM flags with a value that describe GPU memory and parallelism, or the adapters' weight
-#: shapes (``--max-lora-rank``): no meaning for an engine that loads no weights.
-_GPU_ONLY = ("--tensor-parallel-size", "--gpu-memory-utilization", "--max-lora-rank")
+#: vLLM flags with a value that describe GPU memory and parallelism, the KV cache's size and
+#: the engine's shutdown wait (a CPU pool's), or the adapters' weight shapes
+#: (``--max-lora-rank``): no meaning for an engine that loads no weights.
+_GPU_ONLY = (
+    "--tensor-parallel-size",
+    "--gpu-memory-utilization",
+    "--kv-cache-memory-bytes",
+    "--shutdown-timeout",
+    "--max-lora-rank",
+)
 #: vLLM switches the simulator lacks because it is always so: it always accepts runtime LoRA
 #: loads (``/v1/load_lora_adapter``), so ``--enable-lora`` has nothing to turn on (and the
 #: simulator refuses flags it does not know).
 _ALWAYS_ON = ("--enable-lora",)
+
+
+def device_mismatch(engine: str, *, image: str, pool: str) -> str:
+    """Why ``engine``, in an image built for the ``image`` device, must not serve on a pool of
+    ``pool`` nodes; "" when it may. vLLM's GPU build finds no GPU on a CPU node, and its CPU
+    build on a GPU node would be given a GPU memory share it reads as the host's memory."""
+    if engine in _ANY_DEVICE or image == pool:
+        return ""
+    return (
+        f"this image's engine is built for {image} (TOKENFLEET_DEVICE) but the pool runs on "
+        f"{pool} nodes (TOKENFLEET_POOL_DEVICE): the engine was not started; run the pool's "
+        f"default image (remove engine.image) or an image built for {pool}"
+    )
 
 
 def argv(engine: str, args: Sequence[str], *, served: str, env: Mapping[str, str]) -> list[str]:

@@ -8,8 +8,13 @@ can be fetched later. On failure the verdict goes to the termination message, wh
 operator reads it, and the process exits non-zero: the engine never starts.
 
 ``TOKENFLEET_ENGINE`` (set by the image, not the operator) picks what is exec'd: ``vllm`` (the
-default, the GPU image) or ``llm-d-inference-sim`` (the worker-simulator image), which gets the
-equivalent flags (tokenfleet.worker.engines).
+default, the GPU and CPU images) or ``llm-d-inference-sim`` (the worker-simulator image), which
+gets the equivalent flags (tokenfleet.worker.engines).
+
+``TOKENFLEET_DEVICE`` (set by the image: ``cpu`` in the CPU image; absent means ``gpu``) must
+match ``TOKENFLEET_POOL_DEVICE`` (set by the operator on a CPU pool's workers; absent means
+``gpu``): otherwise the worker refuses before it fetches anything, with a ``DeviceMismatch``
+verdict in the termination message, reported exactly as a refused artifact is.
 """
 
 from __future__ import annotations
@@ -20,13 +25,15 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from tokenfleet.signing.verdict import Verdict
+from tokenfleet.signing.verdict import Reason, Verdict
 from tokenfleet.worker import engines
 
-#: Exit codes a pod's status shows: bad configuration (operator bug or hand-made pod), and an
-#: artifact that failed verification (see the termination message for which reason).
+#: Exit codes a pod's status shows: bad configuration (operator bug or hand-made pod), an
+#: artifact that failed verification (see the termination message for which reason), and an
+#: image built for another device than the pool's nodes.
 EXIT_CONFIG = 2
 EXIT_UNVERIFIED = 3
+EXIT_WRONG_DEVICE = 4
 
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 DEFAULT_MODEL_DIR = "/models/artifact"
@@ -49,6 +56,8 @@ class Config:
     termination_log: Path = Path(DEFAULT_TERMINATION_LOG)
     fetch_timeout: float = 30.0
     engine: str = engines.VLLM
+    device: str = "gpu"  # what the image's engine is built for (TOKENFLEET_DEVICE)
+    pool_device: str = "gpu"  # what the pool's nodes have (TOKENFLEET_POOL_DEVICE)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Config:
@@ -67,6 +76,13 @@ class Config:
             raise ValueError(
                 f"TOKENFLEET_ENGINE must be one of {', '.join(engines.ENGINES)}, not {engine!r}"
             )
+        device = env.get("TOKENFLEET_DEVICE", "") or "gpu"
+        pool_device = env.get("TOKENFLEET_POOL_DEVICE", "") or "gpu"
+        for name, value in (("TOKENFLEET_DEVICE", device), ("TOKENFLEET_POOL_DEVICE", pool_device)):
+            if value not in engines.DEVICES:
+                raise ValueError(
+                    f"{name} must be one of {', '.join(engines.DEVICES)}, not {value!r}"
+                )
         if bool(key) == bool(identity) or bool(identity) != bool(issuer):
             raise ValueError(
                 "set exactly one trust method: TOKENFLEET_TRUST_PUBLIC_KEY, or both "
@@ -83,6 +99,8 @@ class Config:
             termination_log=Path(env.get("TOKENFLEET_TERMINATION_LOG", DEFAULT_TERMINATION_LOG)),
             fetch_timeout=float(env.get("TOKENFLEET_FETCH_TIMEOUT_SECONDS", "30")),
             engine=engine,
+            device=device,
+            pool_device=pool_device,
         )
 
 
@@ -148,7 +166,8 @@ def run(
     verifier: Verifier = verify_with_model_signing,
     exec_: Exec = os.execvpe,
 ) -> int:
-    """Parse → verify → report → exec. Returns an exit code only when it does not exec."""
+    """Parse → check the device → verify → report → exec. Returns an exit code only when it
+    does not exec."""
     try:
         config = Config.from_env(env)
     except ValueError as error:
@@ -159,6 +178,10 @@ def run(
     except ValueError as error:  # refuse before spending minutes on a download
         print(f"tokenfleet worker: {error}", file=sys.stderr)
         return EXIT_CONFIG
+    mismatch = engines.device_mismatch(config.engine, image=config.device, pool=config.pool_device)
+    if mismatch:  # before the download too: no artifact makes this engine fit these nodes
+        report(Verdict(reason=Reason.DEVICE_MISMATCH, message=mismatch), config.termination_log)
+        return EXIT_WRONG_DEVICE
     verdict, served = verifier(config)
     report(verdict, config.termination_log)
     if not verdict.verified or served is None:

@@ -45,15 +45,16 @@ def _trust_env(trust: TrustPolicy) -> list[dict[str, str]]:
     ]
 
 
-def container(spec: ModelDeploymentSpec, *, engine_port: int) -> dict[str, Any]:
-    """The sidecar: same image as the engine, the shared model volume, the adapter trust."""
+def container(spec: ModelDeploymentSpec, *, image: str, engine_port: int) -> dict[str, Any]:
+    """The sidecar: ``image`` is the engine's (it holds the worker package), the shared model
+    volume, the adapter trust."""
     trust = adapter_trust(spec)
     mounts: list[dict[str, Any]] = [{"name": "models", "mountPath": "/models"}]
     if trust.public_key is not None:
         mounts.append({"name": TRUST_VOLUME, "mountPath": TRUST_DIR, "readOnly": True})
     return {
         "name": CONTAINER,
-        "image": spec.engine.image,
+        "image": image,
         "command": ["python3", "-m", "tokenfleet.worker.adapters"],
         "ports": [{"name": PORT_NAME, "containerPort": PORT}],
         "env": [

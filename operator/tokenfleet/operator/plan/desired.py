@@ -3,6 +3,11 @@
 One worker Deployment per pool, zone and revision, pinned to its zone; a PodDisruptionBudget and
 a headless Service per pool. Every manifest carries a hash of itself in an annotation, so the
 shell applies a child only when that hash changed.
+
+A GPU pool's worker requests its GPUs and gets ``--gpu-memory-utilization``; a CPU pool's
+requests cores and memory and gets an explicit KV-cache size, its thread binding and a
+shutdown timeout instead (plan.cpu_workers). A spec reaches here fitted to its pools
+(plan.devices); a misfit is held by the pool plan, never rendered.
 """
 
 from __future__ import annotations
@@ -14,10 +19,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from tokenfleet.api import base, labels
-from tokenfleet.api.deployment import ModelDeploymentSpec
+from tokenfleet.api import base, labels, quantity
+from tokenfleet.api.deployment import DEFAULT_IMAGES, ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.operator.plan import adapter_loader
+from tokenfleet.operator.plan import adapter_loader, cpu_workers
 from tokenfleet.operator.policy import revisions
 
 Manifest = dict[str, Any]
@@ -93,12 +98,18 @@ def worker_name(pool: str, zone: str, revision: str) -> str:
     return f"{pool}-{zone}-{revision}"[:63].rstrip("-")
 
 
-def serve_args(spec: ModelDeploymentSpec) -> list[str]:
-    """`vllm serve` arguments from the typed engine settings."""
+def serve_args(spec: ModelDeploymentSpec, *, cpu: cpu_workers.CpuWorker | None = None) -> list[str]:
+    """`vllm serve` arguments from the typed engine settings; ``cpu`` is the worker's sizing
+    on a CPU pool (None: a GPU pool), which takes the place of the GPU memory share."""
     engine = spec.engine
     args = [MODEL_DIR, "--served-model-name", spec.model.name, *spec.model.aliases]
     args += ["--port", str(HTTP_PORT), "--tensor-parallel-size", str(engine.tensor_parallel_size)]
-    args += ["--gpu-memory-utilization", str(engine.gpu_memory_utilization)]
+    if cpu is not None:  # never a GPU share: vLLM's CPU build reads it as the host's memory
+        args += cpu_workers.engine_args(cpu)
+    else:
+        args += ["--gpu-memory-utilization", str(engine.gpu_memory_utilization)]
+        if engine.kv_cache_memory is not None:
+            args += ["--kv-cache-memory-bytes", str(quantity.whole_bytes(engine.kv_cache_memory))]
     args.append(
         "--enable-prefix-caching" if engine.enable_prefix_caching else "--no-enable-prefix-caching"
     )
@@ -136,6 +147,21 @@ def worker_resources(spec: ModelDeploymentSpec, gpus: dict[str, str]) -> dict[st
     if wanted is not None and wanted.memory is not None:
         requests["memory"] = limits["memory"] = wanted.memory
     return {"requests": requests, "limits": limits}
+
+
+def device_parts(
+    *, pool_name: str, pool: InferencePoolSpec, model: ModelDeploymentSpec
+) -> tuple[list[str], list[dict[str, str]], dict[str, Any]]:
+    """The engine's arguments, the environment its device adds, and the container's resources:
+    a GPU pool's as they always were; a CPU pool's sized by plan.cpu_workers."""
+    accel = pool.accelerator
+    if accel.kind == "GPU":
+        gpus = {accel.resource_name: str(accel.count)}
+        return serve_args(model), [], worker_resources(model, gpus)
+    worker = cpu_workers.size(pool, model.engine, pool_name=pool_name)
+    if isinstance(worker, cpu_workers.Misfit):  # plan.pools holds a misfit: a caller's bug
+        raise ValueError(f"pool {pool_name}: {worker.reason}: {worker.message}")
+    return serve_args(model, cpu=worker), cpu_workers.env(worker), cpu_workers.resources(worker)
 
 
 def artifact_env(spec: ModelDeploymentSpec) -> list[dict[str, str]]:
@@ -251,16 +277,17 @@ def worker_deployment(
     selector = {pool.zones.topology_key: zone, **accel.node_selector}
     if accel.product:
         selector[labels.GPU_PRODUCT] = accel.product
-    gpus = {accel.resource_name: str(accel.count)}
+    image = model.engine.image or DEFAULT_IMAGES[accel.kind]
+    args, device_env, resources = device_parts(pool_name=pool_name, pool=pool, model=model)
     container = {
         "name": "vllm",
-        "image": model.engine.image,
-        "args": serve_args(model),
+        "image": image,
+        "args": args,
         "ports": [{"name": "http", "containerPort": HTTP_PORT}],
-        "env": artifact_env(model),
+        "env": artifact_env(model) + device_env,
         # The entrypoint writes a refused verdict there; vLLM's own crashes fall back to logs.
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "resources": worker_resources(model, gpus),
+        "resources": resources,
         "lifecycle": {"preStop": drain_hook(pool)},
         "volumeMounts": [
             {"name": "models", "mountPath": "/models"},
@@ -279,7 +306,7 @@ def worker_deployment(
     )
     if adapter_loader.serves_adapters(model):
         container["env"] = [*container["env"], adapter_loader.RUNTIME_LORA_ENV]
-        containers.append(adapter_loader.container(model, engine_port=HTTP_PORT))
+        containers.append(adapter_loader.container(model, image=image, engine_port=HTTP_PORT))
         volumes += adapter_loader.volumes(model)
     manifest: Manifest = {
         "apiVersion": "apps/v1",

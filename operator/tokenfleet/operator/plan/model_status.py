@@ -2,6 +2,10 @@
 
 A pool runs one model: when several ModelDeployments list the same pool, the oldest claim
 (creation time, then name) wins and the others are told so, without retry storms.
+
+``Compatible`` says whether the spec fits its pools' device (plan.devices): its message names
+the device, the image and a CPU replica's sizing, or the misfit and its fix (a Warning Event
+when it turns False).
 """
 
 from __future__ import annotations
@@ -19,7 +23,15 @@ from tokenfleet.api.deployment import (
     Revision,
     RolloutStatus,
 )
-from tokenfleet.operator.plan import canary, desired, gate, observed, reporting, verification
+from tokenfleet.operator.plan import (
+    canary,
+    desired,
+    devices,
+    gate,
+    observed,
+    reporting,
+    verification,
+)
 from tokenfleet.operator.plan.reporting import Event, condition
 from tokenfleet.operator.policy import analysis, rollout
 
@@ -60,6 +72,9 @@ class ModelInputs:
     trust: str | None = None
     #: the spec's revision against that trust; its stale pods are left out of this pass
     recheck: verification.Recheck | None = None
+    #: the spec fitted to its pools (``spec`` is its fitted spec); None: not judged (no
+    #: Compatible condition)
+    fit: devices.Fit | None = None
 
 
 def _availability(inputs: ModelInputs, ready: int) -> tuple[Phase, bool, str, str]:
@@ -245,6 +260,7 @@ def plan_model(inputs: ModelInputs) -> tuple[ModelDeploymentStatus, list[Event]]
         ("Available", (available, reason, availability)),
         ("Verified", _verified(inputs, state, entries)),
         *_rollout_conditions(state, message),
+        *_compatible(inputs.fit),
     ]
     old_conditions = old.conditions if old else []
     conditions = [
@@ -307,10 +323,20 @@ def _quality_events(gated: gate.Gate) -> list[Event]:
     return [Event(type="Warning" if failed else "Normal", reason=reason, message=q.message)]
 
 
+def _compatible(fit: devices.Fit | None) -> list[tuple[str, Verdict]]:
+    if fit is None:
+        return []
+    if fit.misfit is not None:
+        return [("Compatible", (False, fit.misfit.reason, fit.misfit.message))]
+    return [("Compatible", (True, "PoolsFit", fit.summary))]
+
+
 def _availability_events(
     old: Sequence[Condition], new: Sequence[Condition], message: str
 ) -> list[Event]:
     events = []
+    if misfit := reporting.changed_to(old, new, "Compatible", "False"):
+        events.append(Event(type="Warning", reason=misfit.reason, message=misfit.message))
     problem = reporting.changed_to(old, new, "Available", "False")
     if problem and problem.reason in ("PoolNotFound", "PoolClaimed"):
         events.append(Event(type="Warning", reason=problem.reason, message=problem.message))

@@ -156,14 +156,18 @@ def _quantity(text: str) -> int:
 
 
 def offers(node: NodeRecord, pool: InferencePoolSpec) -> bool:
-    """Whether a node could host one of the pool's replicas."""
+    """Whether a node could host one of the pool's replicas: its labels match, and a GPU pool's
+    node has the GPUs (a CPU pool needs none; the scheduler judges cores and memory)."""
     accel = pool.accelerator
     wanted_labels = dict(accel.node_selector)
     if accel.product:
         wanted_labels[labels.GPU_PRODUCT] = accel.product
+    gpus = accel.kind == "CPU" or (
+        _quantity(node.allocatable.get(accel.resource_name, "0")) >= accel.count
+    )
     return (
         all(node.labels.get(k) == v for k, v in wanted_labels.items())
-        and _quantity(node.allocatable.get(accel.resource_name, "0")) >= accel.count
+        and gpus
         and pool.zones.topology_key in node.labels
     )
 

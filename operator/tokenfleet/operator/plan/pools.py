@@ -2,6 +2,10 @@
 
 The shell gathers the inputs from the indexes, calls :func:`plan_pool`, and carries out the
 returned :class:`PoolPlan`. Nothing here talks to the API server or reads a clock.
+
+A model that does not fit its pools (plan.devices: mixed devices, an image for the other device,
+a CPU replica that cannot be sized) is held: no worker Deployment is applied, scaled or deleted,
+so whatever runs keeps serving, and Ready says why.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from tokenfleet.api.pool import (
     ScalingDecision,
     ZoneStatus,
 )
-from tokenfleet.operator.plan import canary, desired, observed, reporting
+from tokenfleet.operator.plan import canary, cpu_workers, desired, observed, reporting
 from tokenfleet.operator.plan.reporting import Event, condition
 from tokenfleet.operator.policy import placement, signal_health, zones
 
@@ -49,6 +53,8 @@ class PoolInputs:
     #: configured signals that had no series, each with its likely cause
     metrics_missing: tuple[signal_health.Missing, ...] = ()
     model_status: ModelDeploymentStatus | None = None  # where the model's rollout stands
+    #: why ``model`` cannot run on its pools as written (plan.devices); None: it fits
+    misfit: cpu_workers.Misfit | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +113,8 @@ def plan_pool(inputs: PoolInputs) -> PoolPlan:
         placed = dataclasses.replace(placed, per_zone=dict.fromkeys(placed.per_zone, 0))
     step = placement.transition(target=placed.per_zone, zones=zone_list)
     workers, keep = _children(inputs, running, step=step, total=placed.total, ready=ready)
+    if inputs.misfit is not None:  # held: nothing new rendered, nothing running touched
+        workers, keep = [], {s.name for s in inputs.sets}
     existing = {s.name: s.applied_hash for s in inputs.sets}
     # the replica count is checked apart from the hash: kept_scale's patches move it without
     # touching the hash, and a revision that is placed again must get its count back
@@ -120,7 +128,7 @@ def plan_pool(inputs: PoolInputs) -> PoolPlan:
     delete = sorted(name for name in existing if name not in keep)
     scale = (
         kept_scale([s for s in inputs.sets if s.revision == running.kept], placed.per_zone)
-        if running.kept
+        if running.kept and inputs.misfit is None
         else {}
     )
     status = _status(inputs, health, placed, step, ready)
@@ -234,6 +242,8 @@ def _ready_verdict(
             f"no ModelDeployment in {inputs.namespace} lists this "
             "pool in spec.pools; apply one to run workers here",
         )
+    if inputs.misfit is not None:
+        return (False, inputs.misfit.reason, inputs.misfit.message)
     if not any(h.healthy for h in health):
         return (
             False,
@@ -249,6 +259,8 @@ def _ready_verdict(
 def _progress_verdict(
     inputs: PoolInputs, placed: placement.Placement, step: Mapping[str, int], ready: int
 ) -> Verdict:
+    if inputs.misfit is not None:
+        return (False, "Held", "no worker changes until the ModelDeployment fits (see Ready)")
     if any(step.get(z, 0) != n for z, n in placed.per_zone.items()):
         return (True, "Rebalancing", "new replicas start before old ones stop")
     if inputs.model is not None and ready < placed.total:

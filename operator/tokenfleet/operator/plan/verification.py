@@ -194,4 +194,11 @@ def remedy(reason: str, *, namespace: str, spec: ModelDeploymentSpec, current: s
                 f"the files or their signature could not be fetched from {artifact.uri}; make "
                 f"them reachable or fix spec.artifact ({_NEW_REVISION})"
             )
+        case Reason.DEVICE_MISMATCH:
+            return (
+                f"engine.image {spec.engine.image} is built for another device than its pool's "
+                "nodes (the image's TOKENFLEET_DEVICE against the pool's accelerator.kind); "
+                "remove engine.image to run the pool's default image, or set one built for "
+                "the pool's device (a new revision)"
+            )
     return ""

@@ -102,7 +102,7 @@ class State:
     ``canary`` stays set after a rollback or block, so re-applying that same revision is
     recognised as unchanged (a revert to stable clears it: going forward again is a new try).
     ``reason`` is the last decision's reason (for a block, the verifier's: SignatureInvalid,
-    DigestMismatch, UntrustedSigner or ArtifactUnreachable).
+    DigestMismatch, UntrustedSigner, ArtifactUnreachable, or DeviceMismatch).
     """
 
     phase: Phase = Phase.PROMOTED
