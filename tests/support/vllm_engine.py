@@ -40,9 +40,13 @@ ENV = {
     "OMP_NUM_THREADS": "1",
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+    # vLLM's executor otherwise advertises the machine's interface address for its message
+    # queue (mq_connect_ip in the log): nothing here may use that address, only loopback.
+    "VLLM_HOST_IP": "127.0.0.1",
 }
 KV_CACHE_BYTES = 512 * 1024 * 1024
-START_TIMEOUT_SECONDS = 240.0
+#: Measured 20–240 s on a shared 2-core machine (load 16: imports alone take minutes).
+START_TIMEOUT_SECONDS = 420.0
 
 
 def require_real_engine() -> None:
@@ -111,8 +115,35 @@ class Engine:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def descendants(self) -> list[int]:
+        """The engine's processes below the API server (EngineCore, its worker, helpers)."""
+        found, frontier = [], [self.process.pid]
+        while frontier:
+            kids = _children(frontier.pop())
+            found += kids
+            frontier += kids
+        return found
+
+    def core_pid(self) -> int:
+        """The pid of the engine's EngineCore process (the API server's child that schedules
+        and runs the model; vLLM names it ``VLLM::EngineCore``)."""
+        for pid in _children(self.process.pid):
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/comm").read_text().startswith("VLLM::EngineCor"):
+                    return pid
+        raise AssertionError(f"no VLLM::EngineCore child of {self.process.pid}")
+
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (started by any of its threads), from /proc."""
+    kids = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            kids += [int(k) for k in task.read_text().split()]
+    return kids
 
 
 def argv(model_dir: Path, *, name: str, port: int, extra: Sequence[str] = ()) -> list[str]:
@@ -157,18 +188,29 @@ def start(
     log = log_dir / f"vllm-{name}-{port}.log"
     process = spawn(full, log, env={**os.environ, **ENV, **(env or {})})
     engine = Engine(name=name, port=port, log=log, process=process)
+    try:
+        wait_ready(engine)
+    except BaseException:  # not ready, or the test's timeout or ^C struck while it waited
+        halt(engine)
+        raise
+    return engine
+
+
+def wait_ready(engine: Engine) -> None:
+    """Until /health answers and one completion succeeds, within START_TIMEOUT_SECONDS."""
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         if not engine.alive():
             raise AssertionError(f"vllm serve exited during start-up:\n{engine.tail()}")
         with contextlib.suppress(OSError):
             status, _ = engine.post(
-                "/v1/completions", {"model": name, "prompt": "ping", "max_tokens": 1}, timeout=10
+                "/v1/completions",
+                {"model": engine.name, "prompt": "ping", "max_tokens": 1},
+                timeout=10,
             )
             if status == 200:
-                return engine
+                return
         time.sleep(1.0)
-    stop(process, signal.SIGKILL)
     raise AssertionError(
         f"vllm serve not ready after {START_TIMEOUT_SECONDS:.0f} s:\n{engine.tail()}"
     )
@@ -180,4 +222,14 @@ def running(log_dir: Path, **kwargs: object) -> Iterator[Engine]:
     try:
         yield engine
     finally:
-        stop(engine.process)
+        halt(engine)
+
+
+def halt(engine: Engine) -> None:
+    """Stop the engine and every process it started: SIGKILL of the API server alone leaves
+    its EngineCore and worker running (about 2 GiB) with nobody to stop them."""
+    below = engine.descendants()
+    stop(engine.process)
+    for pid in below:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

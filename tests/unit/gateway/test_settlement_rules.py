@@ -74,6 +74,37 @@ def test_every_sequence_of_every_prompt_is_reserved(body: dict[str, Any], expect
     assert got == expected
 
 
+VLLM_ROLE = (
+    b'data: {"id":"chatcmpl-a5","object":"chat.completion.chunk","created":1,"model":"tiny",'
+    b'"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
+    b'"finish_reason":null}],"prompt_token_ids":[326,264,28],"prompt_text":null}'
+)
+VLLM_PARTIAL_CHAT = (
+    b'data: {"id":"chatcmpl-a5","object":"chat.completion.chunk","created":1,"model":"tiny",'
+    b'"choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":null,'
+    b'"token_ids":null}]}'
+)
+VLLM_PARTIAL_TEXT = (
+    b'data: {"id":"cmpl-a6","object":"text_completion","created":1,"model":"tiny","choices":'
+    b'[{"index":0,"text":"","logprobs":null,"finish_reason":null,"stop_reason":null,'
+    b'"prompt_token_ids":null,"token_ids":null}]}'
+)
+VLLM_LAST = (
+    b'data: {"id":"cmpl-b0","object":"text_completion","created":1,"model":"tiny","choices":'
+    b'[{"index":0,"text":"ission","logprobs":null,"finish_reason":"length","stop_reason":null,'
+    b'"prompt_token_ids":null,"token_ids":null}],"system_fingerprint":"vllm-0.32.0"}'
+)
+VLLM_IDS = (
+    b'data: {"id":"chatcmpl-a5","object":"chat.completion.chunk","created":1,"model":"tiny",'
+    b'"choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":null,'
+    b'"token_ids":[738]}]}'
+)
+SIM_FINISH = (
+    b'data: {"id":"cmpl-3e","model":"m","object":"text_completion","created":1,"usage":null,'
+    b'"choices":[{"index":0,"finish_reason":"stop","text":""}]}'
+)
+
+
 @pytest.mark.parametrize(
     ("event", "tokens"),
     [
@@ -86,6 +117,17 @@ def test_every_sequence_of_every_prompt_is_reserved(body: dict[str, Any], expect
         pytest.param(b'data: {"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}', 1),
         pytest.param(b'event: x\ndata: {"type":"response.output_text.delta","delta":"a"}', 1),
         pytest.param(b"data: [DONE]", 0, id="done"),
+        # vLLM's own events (0.32, a byte-level tokenizer): a token that completes no character
+        # yet streams as an empty text while its choice is unfinished; the simulator's final
+        # empty event carries no token.
+        pytest.param(VLLM_ROLE, 0, id="vllm-role-with-prompt-ids"),
+        pytest.param(VLLM_PARTIAL_CHAT, 1, id="vllm-chat-partial-character"),
+        pytest.param(VLLM_PARTIAL_TEXT, 1, id="vllm-completion-partial-character"),
+        pytest.param(VLLM_LAST, 1, id="vllm-last-token-with-its-finish"),
+        pytest.param(SIM_FINISH, 0, id="sim-empty-finish"),
+        # with token ids in the stream (the client asked: return_token_ids), they are counted
+        pytest.param(VLLM_IDS.replace(b"[738]", b"[738,99,1241]"), 3, id="vllm-coalesced-ids"),
+        pytest.param(VLLM_IDS, 1, id="vllm-one-id"),
     ],
 )
 def test_tokens_are_counted_per_relayed_event(event: bytes, tokens: int) -> None:

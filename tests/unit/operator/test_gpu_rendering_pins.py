@@ -5,6 +5,12 @@ before `InferencePool.spec.accelerator.kind` (commit 002786e): a change to what 
 would restart every GPU worker of every fleet on upgrade, so it must be a decision, never a side
 effect. The applied hash covers the whole manifest (image, args, env, resources, selectors).
 
+Decided changes since: the readiness probe (2026-12-07). The old one sent a completion through
+the engine's queue and a real engine with a full batch and a queue failed it every time, so a
+saturated replica went NotReady; fixing that changes every worker's pod template, so upgrading
+the operator rolls every GPU worker once (maxSurge 1, drained: no stream is cut). Revision
+names are unchanged.
+
 Matrix: engine settings (defaults, every typed setting with LoRA adapters and resources, the
 default image spelled out) × pools (defaults; a product, two GPUs, selectors, tolerations and a
 longer drain).
@@ -88,14 +94,14 @@ def test_gpu_revision_names_are_unchanged(engine: dict[str, Any], revision: str)
 @pytest.mark.parametrize(
     ("engine", "pool", "expected"),
     [
-        pytest.param({}, {}, "9667c522124d36bd", id="defaults"),
-        pytest.param({}, H100, "b840201e73fc180c", id="defaults-on-h100"),
-        pytest.param(EVERY_SETTING, {}, "f7050260c9d2bf07", id="every-setting"),
-        pytest.param(EVERY_SETTING, H100, "b0d6e68b578d5d84", id="every-setting-on-h100"),
+        pytest.param({}, {}, "404137de62c5a0a7", id="defaults"),
+        pytest.param({}, H100, "3ce9a7f1c0a614db", id="defaults-on-h100"),
+        pytest.param(EVERY_SETTING, {}, "7edcd9fc2b721f7d", id="every-setting"),
+        pytest.param(EVERY_SETTING, H100, "776d3997cdc2777f", id="every-setting-on-h100"),
         pytest.param(
             {"image": "ghcr.io/tokenfleet/worker:vllm-v0.33.0"},
             {},
-            "9667c522124d36bd",
+            "404137de62c5a0a7",
             id="image-spelled",
         ),
     ],

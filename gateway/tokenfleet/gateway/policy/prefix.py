@@ -19,9 +19,11 @@ import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
 
-#: Characters per block: ~64 tokens at ~4 characters per token. vLLM's blocks are 16 tokens;
-#: coarser blocks cost four times fewer hashes and lose little, since a shared prefix that
-#: matters (a system prompt, a document) spans many blocks.
+#: Characters per block: ~64 tokens at ~4 characters per token. vLLM's blocks are 16 tokens on
+#: GPUs: coarser blocks cost four times fewer hashes and lose little, since a shared prefix that
+#: matters (a system prompt, a document) spans many blocks. On the CPU backend they are 128
+#: tokens, 1.4-1.7 of these: there the index believes up to one engine block more than vLLM
+#: can reuse (docs/gateway.md, Prefix index).
 BLOCK_CHARS = 256
 #: Blocks hashed at most (the request parser keeps 8 KiB of prompt text).
 MAX_BLOCKS = 32

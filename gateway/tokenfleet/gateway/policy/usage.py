@@ -47,20 +47,39 @@ def reservation(*, prompt_tokens: int, max_tokens: int, sequences: int = 1) -> i
 
 
 #: Where generated text sits in a streamed event: chat deltas, completions, reasoning, and the
-#: Responses API's text deltas. A mark followed by ``"`` is an empty string: no token.
+#: Responses API's text deltas. A mark followed by ``"`` is an empty string.
 _TEXT_MARKS = (b'"content":"', b'"text":"', b'"reasoning_content":"', b'"delta":"')
+#: Marks whose empty string still stands for a token while its choice is unfinished: vLLM streams
+#: a token that completes no character yet (part of a multi-byte character, with a byte-level
+#: tokenizer) as an empty text. The role announcement and a simulator's empty closing event
+#: carry none.
+_EMPTY_TOKEN_MARKS = (b'"content":""', b'"text":""')
+_UNFINISHED = b'"finish_reason":null'
+#: The token ids vLLM puts in each event when the client asks for them (return_token_ids);
+#: ``"prompt_token_ids":[`` does not match (the quote).
+_TOKEN_IDS = b'"token_ids":['
 
 
 def tokens_in(event: bytes) -> int:
-    """Generated tokens one relayed SSE event carries: 1 if it carries text or a tool call.
+    """Generated tokens one relayed SSE event carries.
 
-    Engines stream one event per decoding step and choice; a speculative-decoding step can
-    carry several tokens, which this counts as one (the engine's final report corrects it)."""
+    With token ids in the event, their count. Otherwise 1 if it carries text or a tool call, or
+    an empty text of an unfinished choice (see ``_EMPTY_TOKEN_MARKS``): engines stream one event
+    per decoding step and choice. vLLM merges the steps of a stream its API server fell behind
+    on, and a speculative-decoding step can carry several tokens; such an event counts as one
+    (the engine's final report corrects it when the stream runs to its end)."""
+    at = event.find(_TOKEN_IDS)
+    if at >= 0:
+        ids = event[at + len(_TOKEN_IDS) : event.find(b"]", at)]
+        return ids.count(b",") + 1 if ids.strip() else 0
     for mark in _TEXT_MARKS:
         at = event.find(mark)
         if at >= 0 and event[at + len(mark) : at + len(mark) + 1] != b'"':
             return 1
-    return 1 if b'"tool_calls":[{' in event else 0
+    if b'"tool_calls":[{' in event:
+        return 1
+    empty = any(mark in event for mark in _EMPTY_TOKEN_MARKS)
+    return 1 if empty and _UNFINISHED in event and b'"role":' not in event else 0
 
 
 def used(
