@@ -19,7 +19,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         for item in session.items
         if ("/e2e/" in f"/{item.nodeid}" or "test_real_node" in item.nodeid)
         # the examples' journeys against a running make up (TOKENFLEET_E2E_PLATFORM) share it
-        and not (os.environ.get("TOKENFLEET_E2E_PLATFORM") and "examples_on" in item.nodeid)
+        and not (
+            os.environ.get("TOKENFLEET_E2E_PLATFORM")
+            and ("examples_on" in item.nodeid or "real_engine_on" in item.nodeid)
+        )
     ]
     if not needs:
         return
