@@ -102,7 +102,10 @@ def test_the_profile_has_a_knee_where_the_batch_is_full(sweep: Sweep) -> None:
     assert full.decode_tokens_per_second >= one.decode_tokens_per_second
     assert over.throughput_rps < 1.3 * full.throughput_rps
     assert over.ttft_p99_seconds > SLO_TTFT >= full.ttft_p99_seconds
-    assert planning.usable_point(sweep.profile, SLO) == full
+    # The planner's usable point carries the full batch's throughput (on a machine busy with
+    # other work one and two streams can tie, and either point is then the knee).
+    knee = planning.usable_point(sweep.profile, SLO)
+    assert knee is not None and knee.throughput_rps == full.throughput_rps
 
 
 def test_plan_sizes_a_fleet_from_the_profiles_knee(sweep: Sweep, tmp_path: Path) -> None:
