@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 #: A 1 GiB KV cache (vLLM's CPU default reserves most of the host's memory), one compute thread
-#: left unbound (a shared 2-core machine: "nobind" is 0.32.0's value for no binding), offline.
+#: left unbound (a shared 2-core machine: "nobind" is 0.32.0's value for no binding), offline,
+#: on loopback only.
 ENGINE_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "OMP_NUM_THREADS": "1",
@@ -35,6 +36,9 @@ ENGINE_ENV = {
     "HF_HUB_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
+    # vLLM's executor otherwise advertises the machine's interface address for its message
+    # queue (mq_connect_ip): the build may dial loopback only.
+    "VLLM_HOST_IP": "127.0.0.1",
 }
 #: Seconds vLLM may take to answer /health: 20-31 s on an idle 2-core machine, 2-4 minutes
 #: measured while other engines and builds shared its cores.
