@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tokenfleet.devstack import realnode
@@ -33,10 +34,23 @@ def models_dir() -> Path:
     return cache / "models" / "current"
 
 
-def missing(models: Path) -> str | None:
-    """Why this mode cannot start, or None."""
+def refusal(
+    engine: str, *, real_node: bool, platform: bool, present: Callable[[Path], bool]
+) -> str | None:
+    """Why a stack with this engine cannot start, with the fix; None when it can. ``present``
+    says whether a file of the model set exists (the shell's filesystem)."""
+    if engine not in ENGINES:
+        return f"TOKENFLEET_ENGINE must be one of {', '.join(ENGINES)}, not {engine!r}"
+    if engine != VLLM_CPU:
+        return None
+    if not (real_node and platform):
+        return (
+            f"TOKENFLEET_ENGINE={engine} runs real vLLM pods on the real node: it needs the "
+            "platform and the real node (as make up starts by default)"
+        )
+    models = models_dir()
     needed = [models / MODEL / "model.sig", models / "trust-secret.yaml"]
-    absent = [str(p) for p in needed if not p.exists()]
+    absent = [str(p) for p in needed if not present(p)]
     if absent:
         return (
             f"TOKENFLEET_ENGINE={VLLM_CPU} needs the tiny model set ({', '.join(absent)} is "

@@ -241,20 +241,14 @@ class Stack:
             log.info("stopped")
 
     def _check_engine(self) -> None:
-        engine = self.options.engine
-        if engine not in real_engine.ENGINES:
-            raise StackError(
-                f"TOKENFLEET_ENGINE must be one of {', '.join(real_engine.ENGINES)}, not {engine!r}"
-            )
-        if engine == real_engine.VLLM_CPU:
-            if not (self.options.real_node and self.options.platform):
-                raise StackError(
-                    f"TOKENFLEET_ENGINE={engine} runs real vLLM pods on the real node: it needs"
-                    " the platform and the real node (as make up starts by default)"
-                )
-            problem = real_engine.missing(real_engine.models_dir())
-            if problem is not None:
-                raise StackError(problem)
+        problem = real_engine.refusal(
+            self.options.engine,
+            real_node=self.options.real_node,
+            platform=self.options.platform,
+            present=Path.exists,
+        )
+        if problem is not None:
+            raise StackError(problem)
 
     async def _start_control_plane(self, token: str, session: aiohttp.ClientSession) -> KubeApi:
         """The control plane and its nodes; kwok last, once no pod of an earlier run is left
