@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -33,63 +30,22 @@ import yaml
 
 from support import netwatch
 from support.cluster import BIN_DIR, REPO, wait_for
-from support.readme import Platform, Readme, shown
+from support.readme import Platform, Readme, kubectl, made_up, shown
 from tokenfleet.api import labels
-from tokenfleet.devstack import realnode
 from tokenfleet.signing import keys, verdict
 
 EXAMPLES = REPO / "examples"
 pytestmark = pytest.mark.timeout(600)
 
 
-def devstack(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tokenfleet.devstack", *args, "--bin-dir", str(BIN_DIR)],
-        capture_output=True, text=True, timeout=540, check=False, cwd=REPO,
-    )  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def watch() -> Iterator[netwatch.TcpWatch]:
-    bad = netwatch.forbidden(
-        netwatch.host_addresses(), [netwatch.ipaddress.ip_network(realnode.SUBNET)]
-    )
-    assert bad, "this host has no interface address to guard"
-    with netwatch.TcpWatch(bad) as watching:
-        yield watching
-
-
 @pytest.fixture(scope="module")
 def platform(
     tmp_path_factory: pytest.TempPathFactory, watch: netwatch.TcpWatch
 ) -> Iterator[Platform]:
-    reuse = os.environ.get("TOKENFLEET_E2E_PLATFORM")
-    if reuse:
-        state = Path(reuse).resolve()
-        info = json.loads((state / "stack.json").read_text())
-        yield Platform(
-            state=state,
-            gateway=f"http://127.0.0.1:{info['ports']['gateway']}",
-            prometheus=info["prometheus"],
-        )
-        return
     state = tmp_path_factory.mktemp("make-up") / "state"
-    up = devstack(
-        "up", "--state-dir", str(state), "--ports", "auto", "--pod-octet", "auto", "--real-node"
-    )
-    assert up.returncode == 0, up.stdout + up.stderr
-    info = json.loads((state / "stack.json").read_text())
-    try:
-        ready = Platform(
-            state=state,
-            gateway=f"http://127.0.0.1:{info['ports']['gateway']}",
-            prometheus=info["prometheus"],
-        )
+    with made_up(state, BIN_DIR, "--real-node", timeout=540) as (ready, _):
         wait_for("the chart's gateway Ready", lambda: gateway_ready(ready), timeout=180, every=2)
         yield ready
-    finally:
-        down = devstack("down", "--state-dir", str(state))
-        assert down.returncode == 0, down.stdout + down.stderr
 
 
 def gateway_ready(platform: Platform) -> bool:
@@ -102,14 +58,6 @@ def gateway_ready(platform: Platform) -> bool:
         )
         for p in pods["items"]
     )
-
-
-def kubectl(platform: Platform, *args: str) -> Any:
-    """kubectl as the printed PATH and KUBECONFIG give it; JSON decoded when asked for."""
-    done = subprocess.run(
-        ["kubectl", *args], capture_output=True, text=True, env=platform.env(), check=True
-    )
-    return json.loads(done.stdout) if "json" in args else done.stdout
 
 
 def readme(platform: Platform, example: str, tmp_path: Path, *carry: str) -> Readme:

@@ -16,9 +16,6 @@ network namespace is watched for a connection to the machine's own interface add
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -31,7 +28,7 @@ import pytest
 
 from support import netwatch
 from support.cluster import BIN_DIR, REPO, wait_for
-from support.readme import Platform, Readme
+from support.readme import Platform, Readme, kubectl, made_up
 from tokenfleet.api import labels
 from tokenfleet.devstack import real_engine, realnode
 
@@ -45,62 +42,17 @@ READ_PAUSE_SECONDS = 0.16
 pytestmark = pytest.mark.timeout(1500)
 
 
-def devstack(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tokenfleet.devstack", *args, "--bin-dir", str(BIN_DIR)],
-        capture_output=True, text=True, timeout=1200, check=False, cwd=REPO,
-    )  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def watch() -> Iterator[netwatch.TcpWatch]:
-    bad = netwatch.forbidden(
-        netwatch.host_addresses(), [netwatch.ipaddress.ip_network(realnode.SUBNET)]
-    )
-    assert bad, "this host has no interface address to guard"
-    with netwatch.TcpWatch(bad) as watching:
-        yield watching
-
-
 @pytest.fixture(scope="module")
 def platform(
     tmp_path_factory: pytest.TempPathFactory, watch: netwatch.TcpWatch
 ) -> Iterator[Platform]:
-    reuse = os.environ.get("TOKENFLEET_E2E_PLATFORM")
-    if reuse:
-        state = Path(reuse).resolve()
-        info = json.loads((state / "stack.json").read_text())
-        assert info.get("engine") == real_engine.VLLM_CPU, "that make up runs the simulator"
-        yield Platform(
-            state=state,
-            gateway=f"http://127.0.0.1:{info['ports']['gateway']}",
-            prometheus=info["prometheus"],
-        )
-        return
     state = tmp_path_factory.mktemp("make-up-vllm") / "state"
-    up = devstack(
-        "up", "--state-dir", str(state), "--ports", "auto", "--pod-octet", "auto",
-        "--real-node", "--engine", real_engine.VLLM_CPU,
-    )  # fmt: skip
-    assert up.returncode == 0, up.stdout + up.stderr
-    assert "Real vLLM (vllm-cpu) serves tiny-llama" in up.stdout, up.stdout
-    info = json.loads((state / "stack.json").read_text())
-    try:
-        yield Platform(
-            state=state,
-            gateway=f"http://127.0.0.1:{info['ports']['gateway']}",
-            prometheus=info["prometheus"],
-        )
-    finally:
-        down = devstack("down", "--state-dir", str(state))
-        assert down.returncode == 0, down.stdout + down.stderr
-
-
-def kubectl(platform: Platform, *args: str) -> Any:
-    done = subprocess.run(
-        ["kubectl", *args], capture_output=True, text=True, env=platform.env(), check=True
-    )
-    return json.loads(done.stdout) if "json" in args else done.stdout
+    flags = ("--real-node", "--engine", real_engine.VLLM_CPU)
+    with made_up(state, BIN_DIR, *flags, timeout=1200) as (running, printed):
+        info = json.loads((running.state / "stack.json").read_text())
+        assert info.get("engine") == real_engine.VLLM_CPU, "that platform runs the simulator"
+        assert not printed or "Real vLLM (vllm-cpu) serves tiny-llama" in printed, printed
+        yield running
 
 
 def ready_workers(platform: Platform) -> list[dict[str, Any]]:

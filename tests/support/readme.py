@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import re
 import signal
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 MARK = "__tokenfleet_readme_var__ "
@@ -51,6 +55,16 @@ class Platform:
             "KUBECONFIG": str(self.state / "kubeconfig"),
             "PATH": f"{self.state / 'bin'}:{os.environ['PATH']}",
         }
+
+    @classmethod
+    def of(cls, state: Path) -> Platform:
+        """The platform a stack in ``state`` announced (its stack.json)."""
+        info = json.loads((state / "stack.json").read_text())
+        return cls(
+            state=state,
+            gateway=f"http://127.0.0.1:{info['ports']['gateway']}",
+            prometheus=info["prometheus"],
+        )
 
     def localize(self, text: str) -> str:
         """A README's text with the test platform's state folder and ports."""
@@ -115,3 +129,40 @@ class Readme:
         for group in self._groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(group, signal.SIGTERM)
+
+
+def kubectl(platform: Platform, *args: str) -> Any:
+    """kubectl as the printed PATH and KUBECONFIG give it; JSON decoded when asked for."""
+    done = subprocess.run(
+        ["kubectl", *args], capture_output=True, text=True, env=platform.env(), check=True
+    )
+    return json.loads(done.stdout) if "json" in args else done.stdout
+
+
+def devstack(bin_dir: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m tokenfleet.devstack`` as ``make up`` and ``make down`` run it."""
+    return subprocess.run(
+        [sys.executable, "-m", "tokenfleet.devstack", *args, "--bin-dir", str(bin_dir)],
+        capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO,
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def made_up(
+    state: Path, bin_dir: Path, *up_flags: str, timeout: float
+) -> Iterator[tuple[Platform, str]]:
+    """A platform as `make up` starts it in ``state`` (test ports and pod octet; ``up_flags``
+    besides), with what `up` printed, and `make down` after; or, when
+    ``TOKENFLEET_E2E_PLATFORM`` names a running one's state folder, that one (left running)."""
+    reuse = os.environ.get("TOKENFLEET_E2E_PLATFORM")
+    if reuse:
+        yield Platform.of(Path(reuse).resolve()), ""
+        return
+    flags = ("--state-dir", str(state), "--ports", "auto", "--pod-octet", "auto", *up_flags)
+    up = devstack(bin_dir, "up", *flags, timeout=timeout)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        yield Platform.of(state), up.stdout
+    finally:
+        down = devstack(bin_dir, "down", "--state-dir", str(state), timeout=timeout)
+        assert down.returncode == 0, down.stdout + down.stderr
