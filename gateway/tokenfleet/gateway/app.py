@@ -27,6 +27,7 @@ from tokenfleet.gateway.metrics import Metrics
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
+from tokenfleet.gateway.redis_backend import Backend
 from tokenfleet.gateway.remotes import Remotes
 from tokenfleet.gateway.response_store import ResponseStore
 from tokenfleet.gateway.state import STATE, GatewayState
@@ -169,20 +170,22 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
     """The aiohttp application; a catalog source must call ``app[STATE].swap()``."""
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[openai_errors])
     registry = Metrics.create(metrics_registry)
+    redis = Backend(settings.redis_url)  # one Redis backend: every store of the process on it
     app[STATE] = GatewayState(
         settings=settings,
         metrics=registry,
+        redis=redis,
         quotas=QuotaStore(
-            url=settings.redis_url,
+            backend=redis,
             failure=settings.quota_failure,
             replicas=settings.processes,  # each process leases (and fails open) on its own
         ),
         admitter=Admitter(),
         router=router.Router(settings, registry.routing),
         adapters=adapter_slots.AdapterSlots(registry.adapters),
-        usage=UsageLedger(settings.redis_url, registry=registry.registry),
-        budgets=BudgetStore(settings.redis_url),
-        responses=ResponseStore(settings.redis_url),
+        usage=UsageLedger(backend=redis, registry=registry.registry),
+        budgets=BudgetStore(backend=redis, failure=settings.quota_failure),
+        responses=ResponseStore(backend=redis),
         remotes=Remotes(settings.remote_keys_dir),
     )
     app.router.add_post("/v1/chat/completions", chat_completions)
@@ -279,3 +282,4 @@ async def _client_session(app: web.Application) -> Any:
         await state.usage.close()
     await state.budgets.close()
     await state.responses.close()
+    await state.redis.close()  # after the stores it serves

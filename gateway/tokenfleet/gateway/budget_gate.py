@@ -62,12 +62,15 @@ async def check(
     spec = admitted.tenant.budget
     if spec is None:
         return admitted, NO_HOLD
-    verdict, hold = await state.budgets.reserve(
+    reserved = await state.budgets.reserve(
         tenant=admitted.tenant.key,
         spec=spec,
         amount=worst_case(spec, admitted, also),
         now=datetime.datetime.now(datetime.UTC),
     )
+    if isinstance(reserved, Rejected):  # Redis down and budgets fail closed: 503, not a 500
+        return reserved
+    verdict, hold = reserved
     if not verdict.serve:
         return Rejected(
             reason=Reason.DAILY_QUOTA, retry_after=verdict.retry_after, message=verdict.message

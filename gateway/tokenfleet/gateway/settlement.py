@@ -9,10 +9,11 @@ client midway — with one :class:`~tokenfleet.gateway.policy.usage.Record`. The
   the completion tokens: the engine's own count when the answer ran to its end (the gateway
   asks for a usage report on every stream), else the tokens relayed to the client so far.
 
-:func:`settle` gives the quota back what the request did not use (or charges what it used
-beyond its reservation), settles the tenant's budget hold the same way (priced at the pool that
-served it, for a currency budget), counts the tokens per
-tenant, model and outcome, and writes the record to the durable usage ledger.
+:func:`settle` counts the tokens per tenant, model and outcome and writes the record to the
+durable usage ledger first (neither waits for Redis), then gives the quota back what the request
+did not use (or charges what it used beyond its reservation) and settles the tenant's budget
+hold the same way (priced at the pool that served it, for a currency budget): a Redis that fails
+there costs neither the counters nor the ledger.
 """
 
 from __future__ import annotations
@@ -81,17 +82,7 @@ async def settle(
     """Charge ``record``: quota and budget settled, token counters counted with the outcome,
     and one entry in the usage ledger. ``rate`` prices a currency budget where no pool of the
     catalog served (a ModelRoute's remote)."""
-    await state.quotas.settle(reservation, record.charged)
-    if hold is not None and hold.spec is not None:
-        served_on = state.catalog.pools.get(record.pool)
-        used = budget.charge(
-            hold.spec,
-            prompt_tokens=record.prompt,
-            completion_tokens=record.completion,
-            rate=rate if rate is not None else served_on.rate if served_on else None,
-        )
-        await state.budgets.settle(hold, used=used)
-    if record.charged:
+    if record.charged:  # counted first: neither waits for Redis, and no Redis write skips them
         labels = (record.tenant, record.model, record.outcome)
         state.metrics.prompt_tokens.labels(*labels).inc(record.prompt)
         state.metrics.completion_tokens.labels(*labels).inc(record.completion)
@@ -104,3 +95,13 @@ async def settle(
             prompt_tokens=record.prompt,
             completion_tokens=record.completion,
         )
+    await state.quotas.settle(reservation, record.charged)
+    if hold is not None and hold.spec is not None:
+        served_on = state.catalog.pools.get(record.pool)
+        used = budget.charge(
+            hold.spec,
+            prompt_tokens=record.prompt,
+            completion_tokens=record.completion,
+            rate=rate if rate is not None else served_on.rate if served_on else None,
+        )
+        await state.budgets.settle(hold, used=used)

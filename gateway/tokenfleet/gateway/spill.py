@@ -198,12 +198,15 @@ async def _hold(state: GatewayState, ask: Request, remote: Remote) -> budget_sto
     spec = spend_budget(remote, ask.entry.currency)
     if spec is None:
         return None
-    verdict, held = await state.budgets.reserve(
+    reserved = await state.budgets.reserve(
         tenant=spend_key(ask.tenant, ask.entry, remote),
         spec=spec,
         amount=_costs(ask, remote),
         now=datetime.datetime.now(datetime.UTC),
     )
+    if isinstance(reserved, Rejected):  # the count is down and fails closed: not spent
+        return budget_store.Held(key="", amount=0, ttl=0, spec=spec)
+    verdict, held = reserved
     return held if verdict.serve else dataclasses.replace(held, amount=0)
 
 
@@ -332,12 +335,12 @@ async def settle(state: GatewayState, spilled: Spilled, record: usage.Record) ->
     spent = cost.micro(
         prompt_tokens=record.prompt, completion_tokens=record.completion, rate=spilled.rate
     )
-    if spilled.hold is not None:
-        await state.budgets.settle(spilled.hold, used=spent)
-    m = state.metrics.spill
+    m = state.metrics.spill  # counted first: the spend hold's write cannot skip them
     m.tokens.labels(entry.namespace, entry.name, remote.name, "prompt").inc(record.prompt)
     m.tokens.labels(entry.namespace, entry.name, remote.name, "completion").inc(record.completion)
     if spent:
         m.spend.labels(entry.namespace, entry.name, remote.name, entry.currency).inc(
             spent / 1_000_000
         )
+    if spilled.hold is not None:
+        await state.budgets.settle(spilled.hold, used=spent)

@@ -19,6 +19,7 @@ from tokenfleet.gateway.metrics import Metrics
 from tokenfleet.gateway.policy import admission
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
+from tokenfleet.gateway.redis_backend import Backend
 from tokenfleet.gateway.remotes import Remotes
 from tokenfleet.gateway.response_store import ResponseStore
 from tokenfleet.gateway.router import Router
@@ -31,6 +32,7 @@ log = logging.getLogger("tokenfleet.gateway.state")
 class GatewayState:
     settings: Settings
     metrics: Metrics
+    redis: Backend  # the one Redis backend every store shares
     quotas: QuotaStore
     admitter: Admitter
     router: Router
