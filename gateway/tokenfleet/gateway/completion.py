@@ -90,7 +90,6 @@ async def recipe(
         response = stages.report.observe(passage, answered)  # 7 observe
         if isinstance(response, Rejected):
             return response
-        trace.add(events.DELIVERED)  # the whole answer went out: what follows cannot undo it
         if not answered.remote:  # a complete local answer is kept for the next to ask
             await stages.cache.keep(cached, asked=asked, answered=answered, passage=passage)
         return response

@@ -64,5 +64,6 @@ class Budgets:
         if isinstance(target, Rejected):
             await self._store.settle(hold, used=0)
             return target
-        trace.add(events.Downgraded(asked=admitted.primary.model.name, model=verdict.model))
+        asked = admitted.primary.model.name
+        trace.add(events.Downgraded(asked, verdict.model, target.pool.key, target.cls))
         return dataclasses.replace(admitted, parsed=parsed, primary=target, fallback=None), hold

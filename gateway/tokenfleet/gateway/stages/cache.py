@@ -113,7 +113,7 @@ class Cache:
         served, parsed = hit.served, admitted.parsed
         assert served is not None
         passage.trace.add(events.Replayed(hit.revision))
-        out = passage.headers()
+        out = passage.trace.headers()
         out[MODEL_HEADER] = admitted.primary.model.name  # the model asked: never another
         if not parsed.stream:
             return web.Response(
@@ -145,7 +145,7 @@ class Cache:
             return
         assert not isinstance(outcome, Rejected)
         payload = _answer_of(outcome)
-        revision = passage.headers().get(events.REVISION_HEADER, "")
+        revision = passage.trace.header(events.REVISION_HEADER)
         why = cacheability.storable(
             cacheability.Served(
                 status=outcome.status,

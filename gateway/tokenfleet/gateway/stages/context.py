@@ -65,7 +65,7 @@ class Passage:
     def __init__(self, identity: Identity) -> None:
         self.identity = identity
         self.meter = proxy.Meter()
-        self.trace = events.Trace()
+        self.trace = events.Trace(identity.id)
         self.settling: asyncio.Future[None] | None = None  # step 8, once it started
 
     @classmethod
@@ -80,7 +80,3 @@ class Passage:
                 pinned=headers.get(events.REVISION_HEADER),
             )
         )
-
-    def headers(self) -> dict[str, str]:
-        """The response's headers as the trace has them now."""
-        return self.trace.headers(self.identity.id)

@@ -44,6 +44,8 @@ class Event(Protocol):
 
 
 class Authenticated(NamedTuple):
+    """Who asks (before intake placed it: a refusal's log still says)."""
+
     tenant: str
 
     def header(self, out: dict[str, str]) -> None:
@@ -66,7 +68,7 @@ class Directed(NamedTuple):
 
 
 class Asked(NamedTuple):
-    """The model the request is for (a route's choice, if a route directed it)."""
+    """The model the request is for, when intake refused to place it."""
 
     model: str
 
@@ -78,8 +80,11 @@ class Asked(NamedTuple):
 
 
 class Placed(NamedTuple):
-    """The pool and class it was placed in, or queued in."""
+    """Intake placed it: for whom, the model (a route's choice, if a route directed it), and
+    the pool and class it goes to."""
 
+    tenant: str
+    model: str
     pool: str
     cls: str
 
@@ -87,6 +92,8 @@ class Placed(NamedTuple):
         pass
 
     def note(self, log: dict[str, Any]) -> None:
+        log["tenant"] = self.tenant
+        log["model"] = self.model
         log["pool"] = self.pool
         log["class"] = self.cls
 
@@ -129,10 +136,12 @@ class BudgetExceeded(NamedTuple):
 
 
 class Downgraded(NamedTuple):
-    """A spent Downgrade budget re-placed the request on a cheaper model."""
+    """A spent Downgrade budget re-placed the request on a cheaper model (its pool, its class)."""
 
     asked: str
     model: str
+    pool: str
+    cls: str
 
     def header(self, out: dict[str, str]) -> None:
         out[DOWNGRADE_HEADER] = self.asked
@@ -140,13 +149,17 @@ class Downgraded(NamedTuple):
     def note(self, log: dict[str, Any]) -> None:
         log["downgraded_from"] = self.asked
         log["model"] = self.model
+        log["pool"] = self.pool
+        log["class"] = self.cls
 
 
 class FellBack(NamedTuple):
-    """The model could not take it: its fallback runs it."""
+    """The model could not take it: its fallback runs it (in this pool and class)."""
 
     model: str
     why: str
+    pool: str
+    cls: str
 
     def header(self, out: dict[str, str]) -> None:
         out[FALLBACK_HEADER] = self.model
@@ -154,6 +167,8 @@ class FellBack(NamedTuple):
     def note(self, log: dict[str, Any]) -> None:
         log["fallback_from"] = self.model
         log["fallback_reason"] = self.why
+        log["pool"] = self.pool
+        log["class"] = self.cls
 
 
 class Started(NamedTuple):
@@ -264,12 +279,13 @@ class SpillTried(NamedTuple):
 
 class Ended(NamedTuple):
     """How it ended (outcome, reason), as the counter and the log say; ``status`` and
-    ``ttft_ms`` when an answer came."""
+    ``ttft_ms`` when an answer came, ``delivered`` once the whole of it went out."""
 
     outcome: str
     reason: str
     status: int | None = None
     ttft_ms: float | None = None
+    delivered: bool = False
 
     def header(self, out: dict[str, str]) -> None:
         pass
@@ -313,45 +329,61 @@ class Settled(NamedTuple):
 DELIVERED = Delivered()
 
 
-class Trace:
-    """What the stages decided about one request, in order; append-only."""
+#: The events that show in the response's headers.
+HEADING: frozenset[type[Event]] = frozenset(
+    {Directed, Cached, Replayed, BudgetExceeded, Downgraded, FellBack, Attempted, SpilledTo}
+)
 
-    __slots__ = ("events",)
 
-    def __init__(self) -> None:
-        self.events: list[Event] = []
+class Trace(list[Event]):
+    """What the stages decided about one request, in order; append-only (:meth:`add`)."""
 
-    def add(self, event: Event) -> None:
-        self.events.append(event)
+    __slots__ = ("_folded", "_rendered")
 
-    def headers(self, request_id: str) -> dict[str, str]:
-        """The response's headers as the trace has them now."""
-        out = {ID_HEADER: request_id}
-        for event in self.events:
-            event.header(out)
-        return out
+    #: A stage adds what it decided (list.append itself: this runs several times a request).
+    add = list.append
 
-    def last(self, kind: type[Any]) -> Any:
-        """The latest event of ``kind``, None if there is none."""
-        for event in reversed(self.events):
-            if type(event) is kind:
-                return event
-        return None
+    def __init__(self, request_id: str) -> None:
+        super().__init__()
+        self._rendered = {ID_HEADER: request_id}
+        self._folded = 0  # events rendered into _rendered so far
 
-    def served(self) -> Target | None:
-        """Where it ran: the target whose queue gave it a slot (None: it never started)."""
-        started: Started | None = self.last(Started)
-        return started.target if started is not None else None
+    def headers(self) -> dict[str, str]:
+        """The response's headers as the trace has them now (a copy, the caller's to add to).
+        Each event is folded in once: a later rendering takes only what came since."""
+        return dict(self._render())
 
-    def spilled(self) -> Spilled | None:
-        """The remote that has it, None if none does."""
-        at: AtRemote | None = self.last(AtRemote)
-        return at.spilled if at is not None else None
+    def header(self, name: str) -> str:
+        """One response header as the trace has it now ("" when it has none)."""
+        return self._render().get(name, "")
 
-    def ending(self) -> Ended | None:
-        ended: Ended | None = self.last(Ended)
-        return ended
+    def _render(self) -> dict[str, str]:
+        rendered, folded = self._rendered, self._folded
+        if folded < len(self):
+            for event in self[folded:]:
+                if type(event) in HEADING:  # the rest add nothing: no call for them
+                    event.header(rendered)
+            self._folded = len(self)
+        return rendered
 
-    @property
-    def delivered(self) -> bool:
-        return self.last(Delivered) is not None
+    def where(self) -> tuple[Target | None, Spilled | None, Ended | None, bool]:
+        """Where the request stands, in one pass from the latest event back: the target whose
+        queue gave it a slot (None: it never started), the remote that has it, how it ended,
+        and whether the whole answer went out."""
+        served: Target | None = None
+        spilled: Spilled | None = None
+        ended: Ended | None = None
+        delivered = started = remote = False
+        for event in reversed(self):
+            kind = type(event)
+            if kind is Ended:
+                if ended is None:
+                    ended = event  # type: ignore[assignment]
+                    delivered = delivered or event.delivered  # type: ignore[attr-defined]
+            elif kind is Started and not started:
+                started, served = True, event.target  # type: ignore[attr-defined]
+            elif kind is AtRemote and not remote:
+                remote, spilled = True, event.spilled  # type: ignore[attr-defined]
+            elif kind is Delivered:
+                delivered = True
+        return served, spilled, ended, delivered

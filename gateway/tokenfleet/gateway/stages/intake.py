@@ -44,19 +44,17 @@ class Intake:
         tenant = authenticate(catalog, request.headers.get("Authorization"))  # 1 authenticate
         if isinstance(tenant, Rejected):
             return tenant
-        trace.add(events.Authenticated(tenant.key))
         parsed = await parse_body(request, self._settings, passage.identity.kind)  # 2 validate
         if isinstance(parsed, Rejected):
-            return parsed
+            return refused(trace, parsed, tenant=tenant)
         directed = self._direct(request, tenant, parsed, trace)  # a route → the model it picks
         if isinstance(directed, Rejected):
-            return directed
+            return refused(trace, directed, tenant=tenant)
         parsed = directed.parsed if directed else parsed
-        trace.add(events.Asked(parsed.model))
         primary = place(catalog, tenant, parsed, granted=directed is not None)
         if isinstance(primary, Rejected):
-            return primary
-        trace.add(events.Placed(primary.pool.key, primary.cls))
+            return refused(trace, primary, tenant=tenant, model=parsed.model)
+        trace.add(events.Placed(tenant.key, parsed.model, primary.pool.key, primary.cls))
         due = deadlines.deadline(  # 3 assign: the class is the pool's, the deadline its default
             now=passage.identity.started,
             header=request.headers.get(deadlines.HEADER),
@@ -109,3 +107,13 @@ class Intake:
             group=tenant.cache_group,
             caller=asked if isinstance(asked, str) else "",
         )
+
+
+def refused(
+    trace: events.Trace, rejected: Rejected, *, tenant: Tenant, model: str = ""
+) -> Rejected:
+    """A refusal before placement: the trace still says who asked (and for which model)."""
+    trace.add(events.Authenticated(tenant.key))
+    if model:
+        trace.add(events.Asked(model))
+    return rejected

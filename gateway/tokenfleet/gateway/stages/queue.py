@@ -68,7 +68,7 @@ class Queue:
                 return answered
         assert spare is not None  # a fallback is only ready if there is one
         self._metrics.routing.fallbacks.labels(primary.model.name, spare.model.name, why).inc()
-        passage.trace.add(events.FellBack(primary.model.name, why))
+        passage.trace.add(events.FellBack(primary.model.name, why, spare.pool.key, spare.cls))
         return await self._queued(admitted, spare, request, passage, capture_bytes)
 
     async def _queued(
@@ -83,7 +83,6 @@ class Queue:
         proxy; Rejected if it never started."""
         live, m, key, cls = self._live, self._metrics, to.pool.key, to.cls
         queue = self._admitter.queue(key)
-        passage.trace.add(events.Placed(key, cls))
         if not live.ready(to):
             # a route that spills when unavailable sends it to a warm remote, not a cold start
             spills = admitted.route is not None and self._spills_instead(admitted.route)

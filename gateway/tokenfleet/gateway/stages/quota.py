@@ -5,6 +5,8 @@ concurrency, reserved for the request's worst case (prompt plus every sequence's
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from tokenfleet.gateway.placement import Admitted
 from tokenfleet.gateway.policy import usage
 from tokenfleet.gateway.policy.rejections import Rejected
@@ -17,13 +19,13 @@ class Quota:
     def __init__(self, *, store: QuotaStore) -> None:
         self._store = store
 
-    async def reserve(self, admitted: Admitted, *, hit: bool) -> Reservation | Rejected:
+    def reserve(self, admitted: Admitted, *, hit: bool) -> Awaitable[Reservation | Rejected]:
         """The request's reservation, or the quota's refusal; ``hit``: a cached answer (it
-        takes no tokens)."""
+        takes no tokens). (The store's own coroutine, awaited by the caller: no frame between.)"""
         tenant, parsed = admitted.tenant, admitted.parsed
         tokens = usage.reservation(
             prompt_tokens=parsed.prompt_tokens,
             max_tokens=admitted.max_tokens,
             sequences=parsed.sequences,
         )
-        return await self._store.reserve(tenant.key, tenant.limits, 0 if hit else tokens)
+        return self._store.reserve(tenant.key, tenant.limits, 0 if hit else tokens)

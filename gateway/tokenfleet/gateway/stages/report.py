@@ -14,6 +14,7 @@ from tokenfleet.gateway.accesslog import AccessLog
 from tokenfleet.gateway.intake import reject
 from tokenfleet.gateway.live import Live
 from tokenfleet.gateway.metrics import Metrics, model_label, observe_all
+from tokenfleet.gateway.placement import Target
 from tokenfleet.gateway.policy import usage
 from tokenfleet.gateway.policy.rejections import Rejected
 from tokenfleet.gateway.stages import context, events
@@ -29,7 +30,8 @@ class Report:
     def observe(
         self, passage: context.Passage, answered: context.Answered
     ) -> web.StreamResponse | Rejected:
-        """How the answer went: latency metrics and its ending (tokens are settled after)."""
+        """How the answer went (it has gone out: proxy answered the client before it returned):
+        latency metrics and its ending (tokens are settled after)."""
         outcome, cls = answered.outcome, answered.target.cls
         if isinstance(outcome, Rejected):
             passage.trace.add(events.Ended("rejected", outcome.reason.value))
@@ -43,47 +45,56 @@ class Report:
             observe_all(m.inter_token.labels(model, cls), outcome.gaps)
         m.e2e.labels(model, cls).observe(time.monotonic() - started)
         ending = usage.ending(status=outcome.status, error=outcome.error)
-        passage.trace.add(events.Ended(*ending, status=outcome.status, ttft_ms=ttft_ms))
+        ended = events.Ended(*ending, status=outcome.status, ttft_ms=ttft_ms, delivered=True)
+        passage.trace.add(ended)  # the whole answer went out: what follows cannot undo it
         assert outcome.response is not None  # proxy answers the client before it returns
         return outcome.response
 
     def refused(self, passage: context.Passage, rejected: Rejected) -> web.Response:
         """The one place a refusal is counted, logged and rendered."""
-        reason = rejected.reason.value
-        log = self._render(passage, "rejected", reason)
-        log["status"] = rejected.status
-        self._write(passage, log)
-        return reject(rejected, passage.headers())
+        served, spilled, _, _ = passage.trace.where()
+        reason, status = rejected.reason.value, rejected.status
+        self._count(passage, "rejected", reason, served=served, spilled=spilled, status=status)
+        return reject(rejected, passage.trace.headers())
 
     def done(self, passage: context.Passage) -> None:
         """An answer went out: counted and logged as it ended."""
-        ended = passage.trace.ending()
+        served, spilled, ended, _ = passage.trace.where()
         outcome, reason = (ended.outcome, ended.reason) if ended else ("served", "")
-        self._write(passage, self._render(passage, outcome, reason))
+        self._count(passage, outcome, reason, served=served, spilled=spilled)
 
     def left(self, passage: context.Passage) -> None:
         """The client went away (or the gateway is shutting down): upstream is already closed.
         One that left after the last byte (many clients close at once) was served."""
-        trace, ended = passage.trace, passage.trace.ending()
-        if trace.delivered or passage.meter.complete:
+        served, spilled, ended, delivered = passage.trace.where()
+        if delivered or passage.meter.complete:
             outcome, reason = (ended.outcome, ended.reason) if ended else ("served", "")
         else:
             outcome, reason = "cancelled", "client_disconnected"
-        self._write(passage, self._render(passage, outcome, reason))
+        self._count(passage, outcome, reason, served=served, spilled=spilled)
 
-    def _render(self, passage: context.Passage, outcome: str, reason: str) -> dict[str, Any]:
-        """The access-log record from the trace, and one request in
-        ``tokenfleet_gateway_requests_total`` with the tenant, and the namespace (of the pool)
-        and the revision that served it, so a canary's error rate can be read apart."""
+    def _count(
+        self,
+        passage: context.Passage,
+        outcome: str,
+        reason: str,
+        *,
+        served: Target | None,
+        spilled: events.Spilled | None,
+        status: int | None = None,
+    ) -> None:
+        """One request in ``tokenfleet_gateway_requests_total`` with the tenant, and the
+        namespace (of the pool) and the revision that served it, so a canary's error rate can
+        be read apart; and its access-log record, rendered from the trace (``status``: a
+        refusal's)."""
         identity, trace = passage.identity, passage.trace
         log: dict[str, Any] = {"request_id": identity.id, "route": identity.path}
-        for event in trace.events:
+        for event in trace:
             event.note(log)
         pool = str(log.get("pool", ""))
-        served, spilled = trace.served(), trace.spilled()
         asked = str(log.get("model", ""))  # any string the client sent: bounded here
         model = served.model.name if served else model_label(self._live.catalog, asked)
-        revision = "" if spilled else passage.headers().get(events.REVISION_HEADER, "")
+        revision = "" if spilled else trace.header(events.REVISION_HEADER)
         self._metrics.requests.labels(  # tenant, model, class, outcome, reason, ns, revision
             str(log.get("tenant", "")),
             spilled.model if spilled else model,
@@ -93,10 +104,10 @@ class Report:
             pool.split("/", 1)[0] if "/" in pool else "",
             revision,
         ).inc()
+        if self._access is None:
+            return
+        if status is not None:
+            log["status"] = status
         log["outcome"], log["reason"] = outcome, reason
-        return log
-
-    def _write(self, passage: context.Passage, log: dict[str, Any]) -> None:
-        if self._access is not None:
-            log["total_ms"] = round((time.monotonic() - passage.identity.started) * 1000, 2)
-            self._access.write(log)
+        log["total_ms"] = round((time.monotonic() - identity.started) * 1000, 2)
+        self._access.write(log)

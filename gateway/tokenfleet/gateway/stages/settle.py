@@ -109,23 +109,13 @@ class Settle:
         """Charge what the request has used now: a request still running when this is read
         (the client left) was cancelled, unless the answer's end had reached the client.
         Shielded: a cancellation leaves it running (:meth:`wait_out`)."""
-        passage.settling = self._start(passage, admitted, reservation, hold)
-        await asyncio.shield(passage.settling)
-
-    def _start(
-        self,
-        passage: context.Passage,
-        admitted: Admitted,
-        reservation: Reservation,
-        hold: budget_store.Held | None,
-    ) -> asyncio.Future[None]:
-        trace, meter = passage.trace, passage.meter
-        ended = trace.ending()
+        meter = passage.meter
+        served, spilled, ended, _ = passage.trace.where()
         if ended is not None:
             ending = (ended.outcome, ended.reason)
         else:
             ending = ("served", "") if meter.complete else ("cancelled", "client_disconnected")
-        where, spilled = trace.served() or admitted.primary, trace.spilled()
+        where = served or admitted.primary
         charged = record(
             meter,
             request_id=passage.identity.id,
@@ -136,7 +126,9 @@ class Settle:
             prompt_estimate=admitted.parsed.prompt_tokens,
             reserved=reservation.tokens,
         )
-        return asyncio.ensure_future(self._settle(passage, charged, reservation, hold, spilled))
+        settling = asyncio.ensure_future(self._settle(passage, charged, reservation, hold, spilled))
+        passage.settling = settling
+        await asyncio.shield(settling)
 
     async def _settle(
         self,

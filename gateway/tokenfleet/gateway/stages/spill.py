@@ -273,7 +273,7 @@ class Spill:
             ask.engine_body, remote=remote, route_name=ask.entry.name, salt=ask.salt
         )
         label, reason = f"remote/{remote.name}", ask.local.reason.value
-        headers = passage.headers()  # as a spilled answer's: the local attempt's left out
+        headers = passage.trace.headers()  # as a spilled answer's: the local attempt's left out
         for local in events.LOCAL_ONLY:
             headers.pop(local, None)
         headers[events.TARGET_HEADER], headers[events.SPILL_REASON_HEADER] = label, reason

@@ -69,9 +69,8 @@ class Plan:
 class Placer(Protocol):
     """Where one attempt goes: the hook in which a model's and an adapter's requests differ."""
 
-    def hashes(self, work: Work) -> tuple[bytes, ...]:
-        """The prompt's block hashes, if this placement reads them."""
-        ...
+    #: Whether this placement reads the prompt's prefix (then hashed once per request).
+    reads_prefix: bool
 
     async def place(
         self,
@@ -108,11 +107,7 @@ class Routed:
     def __init__(self, router: Router) -> None:
         self._router = router
 
-    def hashes(self, work: Work) -> tuple[bytes, ...]:
-        if not routing.wants_prefix(work.pool.routing):
-            return ()
-        salt = str(work.body.get("cache_salt", ""))
-        return prefix.block_hashes(work.parsed.prefix_text, model=work.model.name, salt=salt)
+    reads_prefix = True
 
     async def place(
         self,
@@ -160,8 +155,7 @@ class AdapterPlaced:
     def __init__(self, router: Router, slots: AdapterSlots, live: Live) -> None:
         self._router, self._slots, self._live = router, slots, live
 
-    def hashes(self, work: Work) -> tuple[bytes, ...]:
-        return ()  # adapters are placed by slots, not by prefix
+    reads_prefix = False  # adapters are placed by slots, not by prefix
 
     async def place(
         self,
@@ -312,7 +306,13 @@ class Upstream:
                 retry_after=5.0,
                 message=f"revision '{pinned}' of '{model.name}' has no ready replica",
             )
-        hashes = placer.hashes(work)
+        hashes = (
+            prefix.block_hashes(
+                work.parsed.prefix_text, model=model.name, salt=str(work.body.get("cache_salt", ""))
+            )
+            if placer.reads_prefix and routing.wants_prefix(pool.routing)
+            else ()
+        )
         return Plan(
             group=snapshot.group(model.name, pool=pool.key, revision=revision),
             hashes=hashes,
@@ -337,7 +337,7 @@ class Upstream:
             stream=parsed.stream,
             strip_usage=parsed.stream and not parsed.include_usage,
             deadline=work.due,
-            headers=passage.headers(),
+            headers=passage.trace.headers(),
             # the engine logs the gateway's request id: one id follows a request end to end
             upstream_headers={"Content-Type": "application/json", "X-Request-Id": request_id},
             served_by=work.model.name,
