@@ -6,7 +6,6 @@ the one thing the stages of its passage share.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import os
 import time
@@ -46,8 +45,7 @@ class Identity(NamedTuple):
     pinned: str | None  # the revision the client pinned (X-TokenFleet-Revision), if any
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Answered:
+class Answered(NamedTuple):
     """What a target made of a request once it started: an upstream outcome or a refusal."""
 
     target: Target

@@ -58,9 +58,12 @@ class Queue:
         """Steps 4-6 on the model, or on its fallback when the model has no ready replica or
         no room; Rejected if the request never started."""
         live, primary, spare = self._live, admitted.primary, admitted.fallback
-        why = fallback.first(model_ready=live.ready(primary), fallback_ready=live.ready(spare))
+        ready = live.ready(primary)
+        why = fallback.first(model_ready=ready, fallback_ready=live.ready(spare))
         if why is None:  # with no replica anywhere, it is held for the model's cold start
-            answered = await self._queued(admitted, primary, request, passage, capture_bytes)
+            answered = await self._queued(
+                admitted, primary, request, passage, capture_bytes, ready=ready
+            )
             if not isinstance(answered, Rejected):
                 return answered
             why = fallback.after(answered.reason, fallback_ready=live.ready(spare))
@@ -78,12 +81,15 @@ class Queue:
         request: web.Request,
         passage: context.Passage,
         capture_bytes: int,
+        *,
+        ready: bool | None = None,
     ) -> context.Answered | Rejected:
         """Hold through a cold start, wait for a slot in the class's queue, then route and
-        proxy; Rejected if it never started."""
+        proxy; Rejected if it never started (``ready``: whether ``to`` has a ready replica,
+        when the caller just asked)."""
         live, m, key, cls = self._live, self._metrics, to.pool.key, to.cls
         queue = self._admitter.queue(key)
-        if not live.ready(to):
+        if not (live.ready(to) if ready is None else ready):
             # a route that spills when unavailable sends it to a warm remote, not a cold start
             spills = admitted.route is not None and self._spills_instead(admitted.route)
             cold = await self._held(to, admitted.due, window=0.0 if spills else None)
