@@ -14,7 +14,9 @@ Redis and the same backends. It prints each round and the means.
 ``--calls`` counts instead of timing: each gateway runs under cProfile, once for 200 and once
 for 1,200 non-streamed requests (and 20 / 120 streams), and the difference divided by 1,000
 (100) is the Python function calls per request (per stream) — a figure the machine's load does
-not move, where CPU time on a shared machine does.
+not move, where CPU time on a shared machine does. ``--instructions`` counts the instructions
+the gateway process executes the same way, under valgrind's callgrind (100 / 600 requests, 20 /
+120 streams; about ten minutes): CPU work per request and per stream, without the noise.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from _processes import free_port, start, wait_port
@@ -66,40 +69,61 @@ def start_gateway(
             }
         )
     )
-    profiled = ["-m", "cProfile", "-o", str(profile)] if profile else []
-    argv = [python, *profiled, "-m", "tokenfleet.gateway", "--config", str(config)]
-    argv += ["--port", str(port)]
+    argv = [python, "-m", "tokenfleet.gateway", "--config", str(config), "--port", str(port)]
+    if profile is not None and profile.suffix == ".prof":  # Python calls
+        argv[1:1] = ["-m", "cProfile", "-o", str(profile)]
+    elif profile is not None:  # instructions
+        argv[:0] = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={profile}"]
     p = start(
         [*argv, "--redis", redis_url],
         tmp / f"{name}-{port}.log",
         {"TOKENFLEET_SALT_SECRET": "bench"},
     )
-    wait_port(port)
+    wait_port(port, timeout=600)  # valgrind starts a Python a hundred times slower
     return Proxy(name, f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {KEY}"}, p.pid, p)
 
 
-def calls(python: str, tmp: Path, backend: int, redis_url: str, name: str, *, stream: bool) -> int:
-    """Python function calls the gateway made for 1,000 requests (100 streams): two profiled
-    runs, so that start-up and shutdown cancel out."""
-    import pstats
+def counted(path: Path) -> int:
+    """What one profiled run counted: Python calls (cProfile), or instructions (callgrind)."""
+    if path.suffix == ".prof":
+        import pstats
 
-    counted = []
-    for total in (200, 1200) if not stream else (20, 120):
-        out = tmp / f"{name}-{total}-{int(stream)}.prof"
+        return int(pstats.Stats(str(path)).total_calls)  # type: ignore[attr-defined]
+    for line in path.read_text().splitlines():
+        if line.startswith(("totals:", "summary:")):
+            return int(line.split()[1])
+    raise SystemExit(f"callgrind wrote no totals to {path}")
+
+
+def count(
+    python: str, tmp: Path, backend: int, redis_url: str, name: str, *, stream: bool, unit: str
+) -> float:
+    """Calls or instructions of the gateway per request (per stream): two profiled runs of
+    different sizes, so that start-up and shutdown cancel out."""
+    sizes = {"prof": (200, 1200), "cg": (100, 600)}[unit]
+    totals = []
+    for total in sizes if not stream else (20, 120):
+        out = tmp / f"{name}-{total}-{int(stream)}-{time.time_ns()}.{unit}"
         proxy = start_gateway(python, tmp, backend, redis_url, name, profile=out)
-        got = asyncio.run(load(proxy, connections=16, total=total, stream=stream))
+        asyncio.run(load(proxy, connections=8, total=10, stream=stream))  # warm up
+        got = asyncio.run(load(proxy, connections=8, total=total, stream=stream))
         stop(proxy.process)
         assert got["errors"] == 0, got
-        counted.append(pstats.Stats(str(out)).total_calls)  # type: ignore[attr-defined]
-    return counted[1] - counted[0]
+        totals.append(counted(out))
+    return (totals[1] - totals[0]) / (100 if stream else sizes[1] - sizes[0])
 
 
-def count_calls(pythons: dict[str, str], tmp: Path, ports: tuple[int, int], redis_url: str) -> int:
-    print(f"\n{'':8} {'calls/request':>14} {'calls/stream':>13}   (Python calls, cProfile)")
+def count_all(
+    pythons: dict[str, str], tmp: Path, ports: tuple[int, int], redis_url: str, *, unit: str
+) -> int:
+    what = "Python calls, cProfile" if unit == "prof" else "million instructions, callgrind"
+    print(f"\n{'':8} {'per request':>12} {'per stream':>11}   ({what}; a stream is 64 tokens)")
+    scale = 1 if unit == "prof" else 1e6
     for name, python in pythons.items():
-        per_request = calls(python, tmp, ports[0], redis_url, name, stream=False) / 1000
-        per_stream = calls(python, tmp, ports[1], redis_url, name, stream=True) / 100
-        print(f"{name:8} {per_request:14.0f} {per_stream:13.0f}", flush=True)
+        one = count(python, tmp, ports[0], redis_url, name, stream=False, unit=unit) / scale
+        streamed = count(python, tmp, ports[1], redis_url, name, stream=True, unit=unit) / scale
+        digits = 0 if unit == "prof" else 3
+        print(f"{name:8} {one:12.{digits}f} {streamed:11.{digits}f}", flush=True)
     return 0
 
 
@@ -111,6 +135,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="fewer requests (a smoke run)")
     parser.add_argument("--calls", action="store_true", help="count Python calls per request")
+    parser.add_argument(
+        "--instructions", action="store_true", help="count instructions per request (valgrind)"
+    )
     args = parser.parse_args()
     scale = 0.2 if args.quick else 1.0
     pythons = {
@@ -126,9 +153,10 @@ def main() -> int:
     fast, fast_port, streaming, stream_port = start_backends(tmp)
     wait_port(redis_port)
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
-    if args.calls:
+    if args.calls or args.instructions:
         try:
-            return count_calls(pythons, tmp, (fast_port, stream_port), redis_url)
+            unit = "prof" if args.calls else "cg"
+            return count_all(pythons, tmp, (fast_port, stream_port), redis_url, unit=unit)
         finally:
             for p in (redis, fast, streaming):
                 stop(p)
