@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 # The source roots (one per role, see README): they must match pyproject's hatch sources.
-ROOTS  := api operator gateway worker-image fleet devstack
+ROOTS  := api libraries operator gateway worker-image fleet devstack cli
 export TOKENFLEET_CACHE ?= $(HOME)/.cache/tokenfleet
 # Debian packages the platform runs (and gcc for make native and the static pause binary), as
 # command:package (tools/preflight.sh installs them). Prometheus is not among them: Debian's

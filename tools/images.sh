@@ -143,7 +143,7 @@ build_image pause "$ctx" registry.k8s.io/pause:3.10.2 ""
 
 # 3. The TokenFleet image: the roots the operator, gateway and CLI import (not fleet/: numpy).
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/pyproject.toml")
-ctx=$(context tokenfleet images/tokenfleet api operator gateway worker-image devstack/tokenfleet/cli.py)
+ctx=$(context tokenfleet images/tokenfleet api libraries operator gateway worker-image cli)
 cp "$ctx/images/tokenfleet/Dockerfile" "$ctx/Dockerfile"
 wheels=$(wheelhouse "$ctx/images/tokenfleet/requirements.lock")
 build_image tokenfleet "$ctx" "ghcr.io/tokenfleet/tokenfleet:$version" "$base_key" \

@@ -79,6 +79,8 @@ class AdapterSlots:
 
     def __init__(self, metrics: AdapterMetrics) -> None:
         self.metrics = metrics
+        self.session: aiohttp.ClientSession | None = None
+        """What loads go through (the app makes it at start: a session needs the loop)."""
         self.replicas: dict[str, Replica] = {}  # endpoint URL → its adapters
         self.loads: dict[tuple[str, str], asyncio.Task[Outcome]] = {}
         self.refused: dict[tuple[str, str], float] = {}  # (endpoint, digest) → until (monotonic)

@@ -1,4 +1,6 @@
-"""The gateway's HTTP surface: OpenAI-compatible routes, health, metrics, the app factory.
+"""The gateway's HTTP surface: OpenAI-compatible routes, health, metrics, and the app factory
+— the one place the process's parts are built and each stage of the request path is handed
+exactly the parts it needs.
 
 The completion recipe lives in :mod:`tokenfleet.gateway.completion`.
 """
@@ -10,6 +12,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -17,18 +20,32 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
-from tokenfleet.gateway import adapter_catalog, adapter_slots, engine_http, router
+from tokenfleet.gateway import adapter_catalog, adapter_slots, completion, engine_http, router
 from tokenfleet.gateway.accesslog import ACCESS
 from tokenfleet.gateway.budget_store import BudgetStore
-from tokenfleet.gateway.completion import Completion
 from tokenfleet.gateway.config import Settings
 from tokenfleet.gateway.intake import authenticate, reject
+from tokenfleet.gateway.live import Live
 from tokenfleet.gateway.metrics import Metrics
+from tokenfleet.gateway.policy import bodies
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
+from tokenfleet.gateway.redis_backend import Backend
 from tokenfleet.gateway.remotes import Remotes
 from tokenfleet.gateway.response_store import ResponseStore
+from tokenfleet.gateway.stages import (
+    Budgets,
+    Cache,
+    Intake,
+    Queue,
+    Quota,
+    Report,
+    Settle,
+    Spill,
+    Stages,
+)
+from tokenfleet.gateway.stages.upstream import Upstream
 from tokenfleet.gateway.state import STATE, GatewayState
 from tokenfleet.gateway.usage_ledger import UsageLedger
 
@@ -36,20 +53,15 @@ access_log = logging.getLogger("tokenfleet.gateway.access")
 log = logging.getLogger("tokenfleet.gateway")
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await Completion(request, "chat").run()
+def completions_of(
+    kind: bodies.Kind, stages: Stages
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The handler of one OpenAI endpoint: the completion recipe over the app's stages."""
 
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await completion.answer(request, kind, stages)
 
-async def completions(request: web.Request) -> web.StreamResponse:
-    return await Completion(request, "completion").run()
-
-
-async def embeddings(request: web.Request) -> web.StreamResponse:
-    return await Completion(request, "embedding").run()
-
-
-async def responses(request: web.Request) -> web.StreamResponse:
-    return await Completion(request, "response").run()
+    return handle
 
 
 async def list_models(request: web.Request) -> web.Response:
@@ -102,7 +114,7 @@ async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     catalog = state.catalog
     checks = {
-        "catalog": state.catalog_loaded,
+        "catalog": state.live.loaded,
         "tenants": bool(catalog.tenants_by_key_hash),
         "endpoints": bool(catalog.endpoints.endpoints),
         "quota_backend": state.quotas.healthy or state.settings.quota_failure == "open",
@@ -168,27 +180,23 @@ async def openai_errors(request: web.Request, handler: Any) -> web.StreamRespons
 def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Application:
     """The aiohttp application; a catalog source must call ``app[STATE].swap()``."""
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[openai_errors])
-    registry = Metrics.create(metrics_registry)
-    app[STATE] = GatewayState(
-        settings=settings,
-        metrics=registry,
-        quotas=QuotaStore(
-            url=settings.redis_url,
-            failure=settings.quota_failure,
-            replicas=settings.processes,  # each process leases (and fails open) on its own
-        ),
-        admitter=Admitter(),
-        router=router.Router(settings, registry.routing),
-        adapters=adapter_slots.AdapterSlots(registry.adapters),
-        usage=UsageLedger(settings.redis_url, registry=registry.registry),
-        budgets=BudgetStore(settings.redis_url),
-        responses=ResponseStore(settings.redis_url),
-        remotes=Remotes(settings.remote_keys_dir),
+    app[STATE] = parts = build(settings, Metrics.create(metrics_registry))
+    stages = stages_of(
+        settings,
+        live=parts.live,
+        metrics=parts.metrics,
+        quotas=parts.quotas,
+        budgets=parts.budgets,
+        responses=parts.responses,
+        ledger=parts.usage,
+        admitter=parts.admitter,
+        router=parts.router,
+        adapters=parts.adapters,
+        remotes=parts.remotes,
+        engines=parts.engines,
     )
-    app.router.add_post("/v1/chat/completions", chat_completions)
-    app.router.add_post("/v1/completions", completions)
-    app.router.add_post("/v1/embeddings", embeddings)
-    app.router.add_post("/v1/responses", responses)
+    for path, kind in PATHS.items():
+        app.router.add_post(path, completions_of(kind, stages))
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{model}", get_model)
     app.router.add_get("/health", health)
@@ -203,6 +211,96 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
     )
     app.cleanup_ctx.append(_adapter_listings)
     return app
+
+
+#: The OpenAI-compatible endpoints the recipe answers, by the kind of body each takes.
+PATHS: dict[str, bodies.Kind] = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completion",
+    "/v1/embeddings": "embedding",
+    "/v1/responses": "response",
+}
+
+
+def build(settings: Settings, registry: Metrics) -> GatewayState:
+    """The process's parts: one Redis backend shared by every store, the routing and queue
+    state, the engines' connections."""
+    redis = Backend(settings.redis_url)
+    return GatewayState(
+        settings=settings,
+        metrics=registry,
+        live=Live(processes=settings.processes),
+        redis=redis,
+        quotas=QuotaStore(
+            backend=redis,
+            failure=settings.quota_failure,
+            replicas=settings.processes,  # each process leases (and fails open) on its own
+        ),
+        budgets=BudgetStore(backend=redis, failure=settings.quota_failure),
+        responses=ResponseStore(backend=redis),
+        usage=UsageLedger(backend=redis, registry=registry.registry),
+        admitter=Admitter(),
+        router=router.Router(settings, registry.routing),
+        adapters=adapter_slots.AdapterSlots(registry.adapters),
+        remotes=Remotes(settings.remote_keys_dir),
+        engines=engine_http.Client(connect_seconds=settings.upstream_connect_seconds),
+    )
+
+
+def stages_of(
+    settings: Settings,
+    *,
+    live: Live,
+    metrics: Metrics,
+    quotas: QuotaStore,
+    budgets: BudgetStore,
+    responses: ResponseStore,
+    ledger: UsageLedger | None,
+    admitter: Admitter,
+    router: router.Router,
+    adapters: adapter_slots.AdapterSlots,
+    remotes: Remotes,
+    engines: engine_http.Client,
+) -> Stages:
+    """Each stage of the request path, with exactly the parts it needs."""
+    m = metrics
+    upstream = Upstream(
+        live=live,
+        router=router,
+        slots=adapters,
+        engines=engines,
+        max_attempts=settings.max_attempts,
+    )
+    spill = Spill(remotes=remotes, budgets=budgets, router=router, engines=engines, metrics=m.spill)
+    return Stages(
+        intake=Intake(
+            live=live,
+            settings=settings,
+            draw=router.rng.random,
+            route_decisions=m.routing.route_decisions,
+        ),
+        cache=Cache(live=live, store=responses, metrics=m.response_cache),
+        quota=Quota(store=quotas),
+        budget=Budgets(store=budgets, live=live),
+        queue=Queue(
+            live=live,
+            admitter=admitter,
+            upstream=upstream,
+            metrics=m,
+            fair_queuing=settings.fair_queuing,
+            cold_start_seconds=settings.cold_start_seconds,
+            spills_instead=spill.spills_instead,
+        ),
+        spill=spill,
+        report=Report(metrics=m, live=live, access_log=ACCESS if settings.access_log else None),
+        settle=Settle(
+            quotas=quotas,
+            budgets=budgets,
+            ledger=ledger,
+            live=live,
+            metrics=m,
+        ),
+    )
 
 
 async def _adapter_listings(app: web.Application) -> Any:
@@ -263,19 +361,15 @@ async def _access_log(_: web.Application) -> Any:
 
 
 async def _client_session(app: web.Application) -> Any:
+    """The adapters' loads go through one session made at start (it needs the loop); at the
+    end every store, the Redis backend and the engines' connections close."""
     state = app[STATE]
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
-    state.session = aiohttp.ClientSession(
+    state.adapters.session = aiohttp.ClientSession(
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=None, connect=state.settings.upstream_connect_seconds),
         auto_decompress=False,
     )
-    state.engines = engine_http.Client(connect_seconds=state.settings.upstream_connect_seconds)
     yield
-    await state.engines.close()
-    await state.session.close()
-    await state.quotas.close()
-    if state.usage is not None:
-        await state.usage.close()
-    await state.budgets.close()
-    await state.responses.close()
+    await state.close()
+    await state.adapters.session.close()

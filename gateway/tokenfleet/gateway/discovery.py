@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -25,7 +25,7 @@ from tokenfleet.api import labels
 from tokenfleet.api.base import API_GROUP_VERSION
 from tokenfleet.gateway import catalog
 from tokenfleet.gateway.config import StaticConfig
-from tokenfleet.gateway.state import STATE, GatewayState
+from tokenfleet.gateway.state import STATE
 from tokenfleet.kubeapi import KubeApi
 
 log = logging.getLogger("tokenfleet.gateway.discovery")
@@ -56,9 +56,10 @@ def rebuild_delay(last_build_seconds: float) -> float:
 
 
 class KubernetesSource:
-    def __init__(self, api: KubeApi, state: GatewayState) -> None:
+    def __init__(self, api: KubeApi, swap: Callable[[catalog.Catalog], None]) -> None:
+        """``swap``: installs a rebuilt catalog whole (the app's)."""
         self._api = api
-        self._state = state
+        self._swap = swap
         self._objects: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in COLLECTIONS}
         self._synced: set[str] = set()
         self._dirty = asyncio.Event()
@@ -73,7 +74,7 @@ class KubernetesSource:
                 self._dirty.clear()
                 if self._synced == set(COLLECTIONS):
                     started = time.perf_counter()
-                    self._state.swap(
+                    self._swap(
                         catalog.from_objects(**{k: v.values() for k, v in self._objects.items()})
                     )
                     took = time.perf_counter() - started
@@ -109,7 +110,7 @@ def kubernetes_source(configuration: kubernetes.client.Configuration) -> Any:
     async def watch(app: web.Application) -> AsyncIterator[None]:
         session = aiohttp.ClientSession()
         api = KubeApi(configuration=configuration, session=session)
-        source = KubernetesSource(api, app[STATE])
+        source = KubernetesSource(api, app[STATE].swap)
         task = asyncio.create_task(source.run())
         yield
         task.cancel()

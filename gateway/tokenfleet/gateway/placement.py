@@ -10,6 +10,7 @@ from tokenfleet.gateway.adapter_catalog import Adapter
 from tokenfleet.gateway.catalog import Catalog, Model, Pool, Tenant
 from tokenfleet.gateway.policy import adapter_access, admission, bodies, routing
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
+from tokenfleet.gateway.route_catalog import RouteEntry
 
 
 def resolve(
@@ -143,6 +144,8 @@ class Admitted:
     fallback: Target | None
     due: float  # monotonic seconds
     max_tokens: int  # per sequence, within the tenant's cap (a degraded class may lower it)
+    route: RouteEntry | None = None  # the ModelRoute that directed it, if one did
+    salt: str = ""  # the tenant's cache salt (policy.salt), sent to every engine and remote
 
     @property
     def output_tokens(self) -> int:

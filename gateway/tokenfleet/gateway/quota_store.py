@@ -8,11 +8,13 @@ request waiting when it leaves, so a burst costs a round trip or two, not one pe
 Tenants whose concurrency limit is too small to lease (``leases.leasable``) reserve and settle
 in Redis per request.
 
-When Redis is unreachable the configured policy holds: fail-open serves with local limits (each
+When Redis is unreachable the configured policy holds (the store's declared
+:class:`~tokenfleet.gateway.redis_backend.Failure`): fail-open serves with local limits (each
 gateway process enforces its share, quota / processes, in memory), fail-closed refuses with 503
-— both once the lease in hand is spent. Either way the state is visible: :attr:`healthy` feeds
-/readyz and the ``tokenfleet_gateway_quota_backend_up`` gauge, kept current by the background
-task even when no request needs Redis.
+— both once the lease in hand is spent. Either way the state is visible: the process's one
+:class:`~tokenfleet.gateway.redis_backend.Backend` (shared with the budget, the response cache
+and the usage ledger) feeds /readyz and the ``tokenfleet_gateway_quota_backend_up`` gauge, and
+keeps its health current even when no request needs Redis.
 """
 
 from __future__ import annotations
@@ -26,29 +28,17 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
-from tokenfleet.gateway import lease_grants, redis_client
+from tokenfleet.gateway import lease_grants, lease_returns, redis_backend, redis_client
 from tokenfleet.gateway.policy import leases, quotas
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
 log = logging.getLogger("tokenfleet.gateway.quotas")
-APPLIED = leases.Outcome.APPLIED
 
-REDIS_TIMEOUT_SECONDS = 0.5  # a quota check must never hold a request longer than this
-RETRY_REDIS_SECONDS = 2.0
-HOUSEKEEPING_SECONDS = 0.5  # how often idle leases are given back and Redis's health checked
+REDIS_TIMEOUT_SECONDS = redis_backend.TIMEOUT_SECONDS  # a quota check never holds longer
+RETRY_REDIS_SECONDS = redis_backend.RETRY_SECONDS
+HOUSEKEEPING_SECONDS = 0.5  # how often idle leases are given back
 
 _T = TypeVar("_T")
-#: A give-back no lease can hold again (its limits changed): (tenant, limits, requests, tokens,
-#: slots), tried again at the next housekeeping beat.
-_Owed = tuple[str, quotas.Limits, int, int, int]
-
-
-def _outcome(exc: BaseException) -> leases.Outcome:
-    """What a failed lease round trip did: nothing if it never left or Redis refused it; else
-    (a timeout or a lost connection after the write) it may have run."""
-    if isinstance(exc, redis_client.NotSent | redis_client.RespError):
-        return leases.Outcome.NOT_APPLIED
-    return leases.Outcome.UNKNOWN
 
 
 @dataclasses.dataclass(slots=True)
@@ -64,35 +54,68 @@ class Reservation:
     # its concurrency slot, if its limits count them: a leased request always drew one)
 
 
+def failure_mode(failure: Literal["open", "closed"]) -> redis_backend.Failure:
+    """The quota's (and the budget's) declared behaviour while Redis is down."""
+    if failure == "closed":
+        return redis_backend.Failure(
+            store="quota", mode=redis_backend.Mode.CLOSED, effect="503 once the lease is spent"
+        )
+    return redis_backend.Failure(
+        store="quota",
+        mode=redis_backend.Mode.OPEN,
+        effect="local limits, each process its share, once the lease is spent",
+    )
+
+
 class QuotaStore:
     def __init__(
-        self, *, url: str | None, failure: Literal["open", "closed"], replicas: int
+        self,
+        *,
+        url: str | None = None,
+        backend: redis_backend.Backend | None = None,
+        failure: Literal["open", "closed"],
+        replicas: int,
     ) -> None:
-        """``replicas``: the gateway processes sharing the quotas (replicas × workers); each
+        """``backend``: the process's shared Redis (else one of its own on ``url``);
+        ``replicas``: the gateway processes sharing the quotas (replicas × workers); each
         leases, and fails open, within 1 / ``replicas`` of every limit."""
-        self._redis = redis_client.RespClient(url, timeout=REDIS_TIMEOUT_SECONDS) if url else None
-        self._script = redis_client.Script(self._redis, quotas.LUA) if self._redis else None
+        self._owns_backend = backend is None
+        self._backend = backend or redis_backend.Backend(url)
+        self.failure = self._backend.declare(failure_mode(failure))
+        shared = self._backend.configured
+        self._script = self._backend.script(quotas.LUA) if shared else None
         self._failure = failure
         self._share = 1.0 / max(1, replicas)
-        self._lease_script = (
-            redis_client.Script(self._redis, quotas.LEASE_LUA) if self._redis else None
-        )
+        self._lease_script = self._backend.script(quotas.LEASE_LUA) if shared else None
         self._local: dict[str, quotas.Buckets] = {}
         self._leases: dict[str, leases.Lease] = {}
         self._grants = lease_grants.GrantQueue(
             grant=self._grant, can_ask=self._use_redis, detach=self._detached
         )
-        self._owed: list[_Owed] = []
         self._round_trips: set[asyncio.Task[Any]] = set()  # grants and give-backs under way
+        self._returns = lease_returns.LeaseReturns(
+            held=self._leases,
+            script=lambda: self._lease_script,
+            detached=self._detached,
+            counted=self._count_call,
+            failed=lambda exc: self._mark(False, exc),
+        )
         self._housekeeping: asyncio.Task[None] | None = None
-        self._last_call = 0.0
         self.calls = 0  # Redis round trips for quotas (the benchmark reads it)
-        self.healthy = True
-        self._down_since = 0.0
 
     @property
     def shared(self) -> bool:
-        return self._redis is not None
+        return self._backend.configured
+
+    @property
+    def healthy(self) -> bool:
+        """Whether Redis answered last (the process's one health state)."""
+        return self._backend.healthy
+
+    @property
+    def _redis(self) -> redis_client.RespClient | None:
+        """The backend's connection (tests cut it to see what a lost connection does)."""
+        return self._backend.client
 
     @property
     def share(self) -> float:
@@ -109,24 +132,19 @@ class QuotaStore:
                 await self._housekeeping
         if self._round_trips:  # and the give-back it had under way ends
             await asyncio.wait(set(self._round_trips))
-        await self._pay_owed()
+        await self._returns.pay_owed()
         await self._give_back(lambda _lease: True)
-        if self._redis is not None:
-            await self._redis.close()
+        if self._owns_backend:
+            await self._backend.close()
 
     def _use_redis(self) -> bool:
-        if self._redis is None:
-            return False
-        return self.healthy or time.monotonic() - self._down_since >= RETRY_REDIS_SECONDS
+        return self._backend.usable()
 
     def _mark(self, up: bool, error: Exception | None = None) -> None:
-        if up and not self.healthy:
-            log.info("quota backend is back: quotas are shared again")
-        if not up and self.healthy:
-            log.error("quota backend unreachable (%s): failing %s", error, self._failure)
-        if not up:
-            self._down_since = time.monotonic()
-        self.healthy = up
+        if up:
+            self._backend.answered()
+        else:
+            self._backend.failed(error or ConnectionError("redis failed"))
 
     async def reserve(
         self, tenant: str, limits: quotas.Limits, tokens: int
@@ -140,7 +158,7 @@ class QuotaStore:
         if self._use_redis():
             try:
                 answer = await self._call("reserve", tenant, limits, tokens, 0)
-            except (redis_client.RespError, OSError, TimeoutError) as exc:
+            except redis_backend.ERRORS as exc:
                 self._mark(False, exc)
             else:
                 self._mark(True)
@@ -153,13 +171,13 @@ class QuotaStore:
                     limits,
                     tokens,
                 )
-        if self._redis is not None and self._failure == "closed":
+        if self.shared and self._failure == "closed":
             return Rejected(
                 reason=Reason.QUOTA_BACKEND_DOWN,
                 retry_after=RETRY_REDIS_SECONDS,
                 message="quota service unavailable; try again shortly",
             )
-        local_limits = limits.scaled(self._share) if self._redis is not None else limits
+        local_limits = limits.scaled(self._share) if self.shared else limits
         refused = self._local.setdefault(tenant, quotas.Buckets()).reserve(
             local_limits, tokens, time.time()
         )
@@ -188,7 +206,7 @@ class QuotaStore:
             return
         try:
             await self._call("settle", reservation.tenant, reservation.limits, 0, refund)
-        except (redis_client.RespError, OSError, TimeoutError) as exc:
+        except redis_backend.ERRORS as exc:
             # The concurrency slot expires by TTL; token counts refill by themselves.
             self._mark(False, exc)
 
@@ -204,7 +222,6 @@ class QuotaStore:
 
     def _count_call(self) -> None:
         self.calls += 1
-        self._last_call = time.monotonic()
 
     def _lease_of(self, tenant: str, limits: quotas.Limits) -> leases.Lease:
         """The tenant's lease; one lease object per tenant for the replica's life (emptied, not
@@ -261,7 +278,7 @@ class QuotaStore:
                 keys=quotas.keys(tenant, day),
                 args=["lease", *asked.args(), *limits.as_args(), left],
             )
-        except (redis_client.RespError, OSError, TimeoutError) as exc:
+        except redis_backend.ERRORS as exc:
             self._mark(False, exc)
             return leases.Grant.UNANSWERED, None  # not credited, even if it may have run
         self._mark(True)
@@ -281,92 +298,22 @@ class QuotaStore:
             self._housekeeping = asyncio.create_task(self._keep_house())
 
     async def _keep_house(self) -> None:
-        """Give idle leases back, and free slots beyond a lease's cap; while nothing else asks
-        Redis, ask it how it is."""
+        """Give idle leases back, and free slots beyond a lease's cap (the backend keeps
+        Redis's health current by itself)."""
         while True:
             await asyncio.sleep(HOUSEKEEPING_SECONDS)
             now = time.monotonic()
-            await self._pay_owed()
+            await self._returns.pay_owed()
             await self._give_back(functools.partial(leases.Lease.due, now=now))
-            if self._redis is not None and now - self._last_call >= HOUSEKEEPING_SECONDS:
-                self._last_call = now
-                try:
-                    await self._redis.call("PING")
-                except (redis_client.RespError, OSError, TimeoutError) as exc:
-                    self._mark(False, exc)
-                else:
-                    self._mark(True)
 
     async def _give_back(self, due: Callable[[leases.Lease], bool]) -> None:
-        """Return what every lease ``due(lease)`` picks holds unspent — its free slots, not the
-        slots of its requests still running — and of the others their free slots beyond the
-        cap; what certainly did not reach Redis is kept and tried again (``_return``). Stops at
-        the first give-back Redis did not answer."""
-        if self._lease_script is None:
-            return
-        for tenant, lease in list(self._leases.items()):
-            if due(lease):
-                requests, tokens, slots = lease.hand_back()
-            else:
-                requests, tokens, slots = 0, 0, lease.surplus_slots()
-            if not (requests or tokens or slots):
-                continue
-            held = (requests, tokens, slots)
-            if await self._return(tenant, lease.limits, *held, into=lease) is not APPLIED:
-                return
-
-    async def _pay_owed(self) -> None:
-        """Try again the give-backs no lease could hold; stops where Redis did not answer."""
-        while self._owed:
-            if await self._return(*self._owed.pop(0)) is not APPLIED:
-                return
+        """Give back what the leases ``due`` picks hold unspent (:mod:`.lease_returns`)."""
+        await self._returns.give_back(due)
 
     async def _return(
-        self,
-        tenant: str,
-        limits: quotas.Limits,
-        requests: int,
-        tokens: int,
-        slots: int,
-        *,
-        into: leases.Lease | None = None,
+        self, tenant: str, limits: quotas.Limits, requests: int, tokens: int, slots: int
     ) -> leases.Outcome:
-        """Give back (already out of any lease) what was taken under ``limits``: one ``return``
-        round trip, run to its end even if the caller is cancelled. What certainly did not reach
-        Redis is kept (``leases.give_back_again``): in ``into`` if its limits are still
-        ``limits``, else owed; a lost answer counts as done."""
-        return await asyncio.shield(
-            self._detached(self._give(tenant, limits, requests, tokens, slots, into=into))
-        )
-
-    async def _give(
-        self,
-        tenant: str,
-        limits: quotas.Limits,
-        requests: int,
-        tokens: int,
-        slots: int,
-        *,
-        into: leases.Lease | None,
-    ) -> leases.Outcome:
-        assert self._lease_script is not None
-        day, left = quotas.day_of(time.time())
-        self._count_call()
-        try:
-            await self._lease_script(
-                keys=quotas.keys(tenant, day),
-                args=["return", requests, tokens, slots, 0, 0, 0, *limits.as_args(), left],
-            )
-        except (redis_client.RespError, OSError, TimeoutError) as exc:
-            self._mark(False, exc)
-            outcome = _outcome(exc)
-            if leases.give_back_again(outcome):
-                if into is not None and into.limits == limits:
-                    into.keep(requests, tokens, slots)
-                else:
-                    self._owed.append((tenant, limits, requests, tokens, slots))
-            return outcome
-        return APPLIED
+        return await self._returns.give(tenant, limits, requests, tokens, slots)
 
 
 def _leased(tenant: str, limits: quotas.Limits, tokens: int) -> Reservation:

@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 import ssl
 import time
-from typing import Any, cast
+from typing import Any, Protocol, cast
 from urllib.parse import unquote, urlparse
 
 
@@ -207,10 +207,16 @@ class RespClient:
             self._protocol.transport.close()
 
 
+class Caller(Protocol):
+    """What runs a command: a :class:`RespClient`, or the gateway's shared Redis backend."""
+
+    async def call(self, *args: bytes | str | int) -> Any: ...
+
+
 class Script:
     """A Lua script run by hash, loaded on first NOSCRIPT."""
 
-    def __init__(self, client: RespClient, source: str) -> None:
+    def __init__(self, client: Caller, source: str) -> None:
         self._client = client
         self._source = source
         self._sha = hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1

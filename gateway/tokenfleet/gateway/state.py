@@ -1,13 +1,16 @@
-"""The gateway's per-process state, carried in the aiohttp app under one typed key."""
+"""The gateway process's parts, carried in the aiohttp app under one typed key.
+
+The app factory builds them once and hands each stage of the request path exactly the parts it
+needs (:mod:`.stages`); this object holds them for what serves the app as a whole — the catalog
+sources (:meth:`GatewayState.swap`), health and metrics endpoints, the background tasks, and the
+orderly close. No request-path code takes it.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
-from pathlib import Path
 
-import aiohttp
 from aiohttp import web
 
 from tokenfleet.gateway import engine_http
@@ -15,10 +18,11 @@ from tokenfleet.gateway.adapter_slots import AdapterSlots
 from tokenfleet.gateway.budget_store import BudgetStore
 from tokenfleet.gateway.catalog import Catalog
 from tokenfleet.gateway.config import Settings
+from tokenfleet.gateway.live import Live
 from tokenfleet.gateway.metrics import Metrics
-from tokenfleet.gateway.policy import admission
 from tokenfleet.gateway.queues import Admitter
 from tokenfleet.gateway.quota_store import QuotaStore
+from tokenfleet.gateway.redis_backend import Backend
 from tokenfleet.gateway.remotes import Remotes
 from tokenfleet.gateway.response_store import ResponseStore
 from tokenfleet.gateway.router import Router
@@ -31,47 +35,32 @@ log = logging.getLogger("tokenfleet.gateway.state")
 class GatewayState:
     settings: Settings
     metrics: Metrics
+    live: Live  # the catalog requests read now
+    redis: Backend  # the one Redis backend every store shares
     quotas: QuotaStore
+    budgets: BudgetStore
+    responses: ResponseStore
+    """Cached answers of deployments that enabled the response cache (none without Redis)."""
+    usage: UsageLedger | None  # the durable usage ledger (counters without Redis)
     admitter: Admitter
     router: Router
     adapters: AdapterSlots
-    usage: UsageLedger | None = None  # the durable usage ledger (counters without Redis)
-    budgets: BudgetStore = dataclasses.field(default_factory=lambda: BudgetStore(None))
-    responses: ResponseStore = dataclasses.field(default_factory=lambda: ResponseStore(None))
-    """Cached answers of deployments that enabled the response cache (none without Redis)."""
-    catalog: Catalog = dataclasses.field(default_factory=Catalog)
-    catalog_loaded: bool = False  # the first full catalog (models, tenants, endpoints) arrived
-    session: aiohttp.ClientSession | None = (
-        None  # adapter loads and other calls off the request path
-    )
-    engines: engine_http.Client | None = None  # requests to engines and remote gateways
-    changed: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
-    """Set (and replaced) on every catalog swap: requests held for a cold start wait on it."""
+    remotes: Remotes
+    """ModelRoute remotes: their keys and requests in flight."""
+    engines: engine_http.Client  # requests to engines and remote gateways
     draining: bool = False
-    capacities: dict[str, int] = dataclasses.field(default_factory=dict)  # pool → concurrency
     shadowed: frozenset[str] = frozenset()  # adapters whose name a model took (logged once)
     route_problems: frozenset[str] = frozenset()  # route problems already logged (once each)
     route_gauges: frozenset[tuple[str, str]] = frozenset()  # routes with a classifier gauge
-    remotes: Remotes = dataclasses.field(default_factory=lambda: Remotes(Path("/nonexistent")))
-    """ModelRoute remotes: their keys and requests in flight (set from settings at start)."""
 
-    def capacity(self, pool: str) -> int:
-        """This process's share of the requests the pool's ready endpoints take at once
-        (computed once per catalog): every gateway process admits its share, so together
-        they never put more in flight than the engines have slots."""
-        return self.capacities.get(pool, 0)
+    @property
+    def catalog(self) -> Catalog:
+        return self.live.catalog
 
     def swap(self, catalog: Catalog) -> None:
         """Replace the catalog whole; wake queues whose capacity may have grown."""
-        self.catalog = catalog
+        self.live.swap(catalog)
         self.router.forget_gone(frozenset(e.url for e in catalog.endpoints.endpoints))
-        self.changed.set()
-        self.changed = asyncio.Event()
-        self.capacities = {
-            key: admission.share(capacity(catalog, key), processes=self.settings.processes)
-            for key in catalog.pools
-        }
-        self.catalog_loaded = True
         for key in sorted(catalog.shadowed - self.shadowed):
             log.warning("adapter %s is not served: a model has its served name", key)
         self.shadowed = catalog.shadowed
@@ -80,7 +69,7 @@ class GatewayState:
             if name == model.name:
                 self.metrics.endpoints.labels(name).set(len(catalog.endpoints.serving(name)))
         for key, pool in catalog.pools.items():
-            self.admitter.wake(pool=key, policies=pool.classes, capacity=self.capacities[key])
+            self.admitter.wake(pool=key, policies=pool.classes, capacity=self.live.capacity(key))
 
     def report_routes(self, catalog: Catalog) -> None:
         """Log each route problem once (a shadowed name, a classifier without weights) and set
@@ -113,10 +102,15 @@ class GatewayState:
             log.warning("%s", problem)
         self.route_problems = frozenset(problems)
 
-
-def capacity(catalog: Catalog, pool: str) -> int:
-    """Requests the pool's ready endpoints take at once."""
-    return sum(e.max_concurrency for e in catalog.endpoints.endpoints if e.pool == pool)
+    async def close(self) -> None:
+        """Every store closed, then the Redis backend they share, then the engines' pool."""
+        await self.engines.close()
+        await self.quotas.close()
+        if self.usage is not None:
+            await self.usage.close()
+        await self.budgets.close()
+        await self.responses.close()
+        await self.redis.close()
 
 
 STATE: web.AppKey[GatewayState] = web.AppKey("tokenfleet_state", GatewayState)

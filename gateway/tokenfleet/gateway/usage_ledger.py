@@ -10,9 +10,10 @@ ledger, and a busy replica writes a few entries a second, not one per request.
 
 What can be lost: a process killed without its shutdown (SIGKILL, OOM) loses at most the last
 :data:`FLUSH_SECONDS` of entries; a stopped gateway flushes in :meth:`UsageLedger.close`. When
-Redis does not answer, the batch stays in memory (bounded: :data:`MAX_PENDING` summed entries,
-new ones dropped and counted in ``dropped`` beyond that) and goes with the next write that
-succeeds. Prometheus counts every request either way.
+Redis does not answer (the ledger's declared failure mode: buffer and replay, on the process's
+one :class:`~tokenfleet.gateway.redis_backend.Backend`), the batch stays in memory (bounded:
+:data:`MAX_PENDING` summed entries, new ones dropped and counted in ``dropped`` beyond that)
+and goes with the next write that succeeds. Prometheus counts every request either way.
 
 Nothing is counted twice: a write that timed out may still have run in Redis, so each summed
 entry gets an id when it is first written, the script applies an id once
@@ -33,7 +34,7 @@ import uuid
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from tokenfleet.gateway import redis_client
+from tokenfleet.gateway import redis_backend, redis_client
 from tokenfleet.gateway.metrics import memoized
 from tokenfleet.signals import usage
 
@@ -42,6 +43,11 @@ REDIS_TIMEOUT_SECONDS = 0.5
 FLUSH_SECONDS = 0.5  # the most a killed process can lose; a few Redis writes a second at most
 MAX_PENDING = 100_000  # summed entries held while Redis is away (hours × label sets): ~20 MB
 LABELS = ["tenant", "model", "pool", "outcome"]
+FAILURE = redis_backend.Failure(
+    store="usage ledger",
+    mode=redis_backend.Mode.BUFFER,
+    effect="entries wait in memory, written once each when Redis is back",
+)
 
 #: A batch: (hour key, labels) -> the summed entry and the latest settlement time in it.
 _Batch = dict[tuple[str, tuple[str, str, str, str]], tuple[usage.Entry, int]]
@@ -76,10 +82,20 @@ def _merged(
 class UsageLedger:
     """Counters and the Redis ledger of one gateway process."""
 
-    def __init__(self, url: str | None, *, registry: CollectorRegistry) -> None:
-        self._url = url
-        self._redis = redis_client.RespClient(url, timeout=REDIS_TIMEOUT_SECONDS) if url else None
-        self._script = redis_client.Script(self._redis, usage.RECORD_LUA) if self._redis else None
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        registry: CollectorRegistry,
+        backend: redis_backend.Backend | None = None,
+    ) -> None:
+        """``backend``: the process's shared Redis (else one of its own on ``url``)."""
+        self._owns_backend = backend is None
+        self._backend = backend or redis_backend.Backend(url)
+        self.failure = self._backend.declare(FAILURE)
+        self._script = (
+            self._backend.script(usage.RECORD_LUA) if self._backend.configured else None
+        )
         self._pending: _Batch = {}
         self._retry: list[_Write] = []
         self._loop: asyncio.AbstractEventLoop | None = None  # what the connection and lock use
@@ -192,15 +208,13 @@ class UsageLedger:
                 log.exception("usage ledger: flush failed")
 
     def _bind(self) -> None:
-        """The connection and the lock belong to one event loop; a ledger may outlive its first
-        (asyncio.run twice): the next one gets its own."""
+        """The lock belongs to one event loop; a ledger may outlive its first (asyncio.run
+        twice): the next one gets its own (and the backend a connection of its own)."""
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
-        elif self._loop is not loop and self._url is not None:
+        elif self._loop is not loop:
             self._loop, self._lock = loop, asyncio.Lock()
-            self._redis = redis_client.RespClient(self._url, timeout=REDIS_TIMEOUT_SECONDS)
-            self._script = redis_client.Script(self._redis, usage.RECORD_LUA)
 
     async def flush(self) -> bool:
         """Write every pending entry; False when Redis did not take them all (those stay)."""
@@ -222,14 +236,17 @@ class UsageLedger:
                         args += [field, value]
                     await script([hour, usage.LAST_USED_KEY, usage.once_key(write_id)], args)
                     done += 1
-            except (redis_client.RespError, OSError, TimeoutError) as exc:
+            except redis_backend.ERRORS as exc:
                 lost_answer = not isinstance(exc, redis_client.NotSent)
+                self._backend.failed(exc)
                 if not self._failing:
                     log.warning("usage ledger: redis unavailable (%s); entries wait", exc)
                 self._failing = True
                 return False
             finally:
                 self._requeue(writes[done:], retried, lost_answer=lost_answer)
+        if writes:
+            self._backend.answered()
         if self._failing:
             log.info("usage ledger: redis is back; the entries that waited are written")
         self._failing = False
@@ -270,9 +287,10 @@ class UsageLedger:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
                     raise
-        if self._redis is not None:
-            await self.flush()  # rebinds the connection to this loop if need be
-            await self._redis.close()
+        if self._backend.configured:
+            await self.flush()  # rebinds the lock (and the backend's connection) if need be
+        if self._owns_backend:
+            await self._backend.close()
 
 
 async def read(
