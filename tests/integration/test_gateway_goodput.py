@@ -116,7 +116,10 @@ def test_overload_keeps_the_objective_for_admitted_requests_and_refuses_fast(tmp
     assert all(status in (200, 429, 503) for _, (status, _) in got), got  # never a slow 5xx
     assert refused, got  # the excess is refused...
     assert max(ok) <= 1.0 + 0.4 + 0.5, got  # ...admitted ones keep the objective (+ service, slack)
-    assert sorted(refused)[len(refused) // 2] < 0.5, got  # refusals are fast
+    assert sorted(refused)[len(refused) // 2] < 0.5, got  # refusals are fast...
+    # ...including those a higher class queued ahead of: refused then, not at their limit
+    # (before admission.displaced, 8 of 19 interactive refusals took the full 1 s)
+    assert sum(t >= 0.5 for t in refused) <= len(refused) // 4, sorted(refused)
     share = {c: sum(1 for k, (s, _) in got if k == c and s == 200) / mix.count(c) for c in KEYS}
     assert share["critical"] >= share["interactive"], (share, got)
     # batch waits behind both (its objective is 30 s): queued, served last, not refused first

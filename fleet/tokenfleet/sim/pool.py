@@ -3,7 +3,8 @@
 The gateway side keeps the gateway's own bookkeeping, a :class:`~tokenfleet.gateway.policy.
 ledger.Ledger`, and calls the product's cores exactly as ``tokenfleet.gateway.queues`` and
 ``router`` do: ``admission.admit`` for each arrival, ``admission.next_up`` whenever slots may be
-free, ``admission.expire`` for waiters past their age or deadline, and ``routing.pick`` for the
+free, ``admission.expire`` for waiters past their age or deadline, ``admission.displaced`` for
+those a higher class queued ahead of, and ``routing.pick`` for the
 replica with the request built by ``routing.ask`` (a LoRA request under adapter affinity:
 ``adapters.place`` over every ready replica's slots instead). Each request is charged to its
 stream's tenant in the ledger's fair queue, as the gateway's ``queues.Fair`` does (the simulator
@@ -162,6 +163,23 @@ class Pool:
                 patience=decision.patience,  # the core's, fixed now: as the gateway
             )
             self.wake(now)  # its tenant may be the fair choice at once, as in the gateway
+            self.displace(req.cls, now)
+
+    def displace(self, by: str, now: float) -> None:
+        """Lower classes' waiters that a request of ``by`` put out of reach are refused now
+        (``admission.displaced``), as the gateway refuses them."""
+        ledger = self.ledger
+        while True:
+            fronts = [w for c in list(ledger.heads) for w in ledger.fronts(c)]
+            gone = admission.displaced(
+                policies=self.policies, load=self.load, fronts=fronts, by=by, now=now
+            )
+            if not gone:
+                return
+            for waiter, why in gone:
+                req = ledger.remove(waiter)
+                assert req is not None  # fronts are live waiters
+                self.end(req, "shed", why.reason.value, now)
 
     def _started(self, req: Request, now: float) -> None:
         if req.cls in self.queue_age_classes:

@@ -121,6 +121,7 @@ class Admitter:
         # its tenant may be the class's fair choice at once (behind a flood's queue, in the
         # slot the flood's headroom keeps free): admission counted the queue, not the turn
         self.wake(pool=pool, policies=policies, capacity=capacity)
+        self.displace(pool=pool, policies=policies, capacity=capacity, by=cls)
         limit = min(deadline, now + patience) - now
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout=max(0.0, limit))
@@ -185,6 +186,25 @@ class Admitter:
         )
         q.measure_at(time.monotonic())
         self.wake(pool=pool, policies=policies, capacity=capacity)
+
+    def displace(
+        self, *, pool: str, policies: Mapping[str, ClassPolicy], capacity: int, by: str
+    ) -> None:
+        """Refuse now the lower classes' waiters a request of class ``by`` queued ahead of
+        and put out of reach (:func:`admission.displaced`), instead of at their limit."""
+        q = self.queue(pool)
+        now = time.monotonic()
+        while True:
+            fronts = [w for c in list(q.heads) for w in q.fronts(c)]
+            gone = admission.displaced(
+                policies=policies, load=q.load(capacity), fronts=fronts, by=by, now=now
+            )
+            if not gone:
+                return
+            for waiter, why in gone:
+                future = q.remove(waiter)
+                if future is not None and not future.done():
+                    future.set_result(why)
 
     def wake(self, *, pool: str, policies: Mapping[str, ClassPolicy], capacity: int) -> None:
         """Start waiters while slots are free (after a release or when capacity grows)."""

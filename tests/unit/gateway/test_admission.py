@@ -146,6 +146,44 @@ def test_expire_by_max_age_then_deadline() -> None:
     ]
 
 
+def test_a_higher_class_queuing_ahead_refuses_the_waiters_it_puts_out_of_reach() -> None:
+    """At 2 requests/s, an interactive waiter with 3 s of patience left can start after at most
+    5 critical requests; a sixth queued ahead of it refuses it now, not when its 5 s pass. A batch
+    waiter with more deadline but its 2 s age limit goes first; one of its own class never
+    displaces it; nobody is refused while the pool has no measured rate."""
+    inter = w(1, "interactive", at=0.0, deadline=3.0)
+    batch = w(2, "batch", at=0.5)
+    criticals = [w(10 + i, "critical", at=1.0) for i in range(5)]
+    at_5 = load(rate=2.0, queued=[inter, batch, *criticals])
+    gone = admission.displaced(
+        policies=POLICIES, load=at_5, fronts=[inter, batch], by="critical", now=1.0
+    )
+    # batch: best start (5+1)/2 = 3 s after 1.0, its limit is 0.5 + 2 → refused; interactive:
+    # 3 s ≤ its 2 s left? no: deadline 3.0 - 1.0 = 2 s < 3 s → refused too
+    assert [(x.ticket, r.reason) for x, r in gone] == [
+        (1, Reason.DEADLINE_UNMEETABLE),
+        (2, Reason.DEADLINE_UNMEETABLE),
+    ]
+    assert "higher-priority requests queued ahead" in gone[0][1].message
+    roomy = w(1, "interactive", at=0.0, deadline=100.0)
+    at_3 = load(rate=2.0, queued=[roomy, *criticals[:3]])  # (3+1)/2 = 2 s ≤ 5 s of age limit
+    assert not admission.displaced(
+        policies=POLICIES, load=at_3, fronts=[roomy], by="critical", now=1.0
+    )
+    at_9 = load(rate=2.0, queued=[roomy, *[w(20 + i, "critical") for i in range(9)]])
+    assert admission.displaced(policies=POLICIES, load=at_9, fronts=[roomy], by="critical", now=1.0)
+    assert not admission.displaced(  # its own class never displaces it
+        policies=POLICIES, load=at_9, fronts=[roomy], by="interactive", now=1.0
+    )
+    assert not admission.displaced(  # no rate measured yet: no estimate to refuse on
+        policies=POLICIES,
+        load=load(queued=[roomy, *criticals]),
+        fronts=[roomy],
+        by="critical",
+        now=1.0,
+    )
+
+
 @pytest.mark.parametrize(
     ("the_load", "c", "requested", "expected"),
     [

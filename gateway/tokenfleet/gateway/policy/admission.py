@@ -10,7 +10,8 @@ critical and interactive 1 s). A request whose expected wait exceeds its patienc
 objective less the pool's expected prefill, within a quarter of the objective and the class's
 maximum queue age (:meth:`ClassPolicy.patience`) — or the time to its deadline is refused at
 once (a fast 429/503 with ``Retry-After``) instead of waiting to fail, and a waiter is shed once
-its patience has passed: an admitted request is one that can still meet its objective, so an
+its patience has passed — or at once when requests of a higher class queue ahead of it and put
+its start out of reach (:func:`displaced`): an admitted request is one that can still meet its objective, so an
 overload sheds the excess instead of making every request late. The expected start is the token
 *work* queued ahead (prompt plus reserved output, :func:`work`), in units of the average
 request's work, over the requests per second the slots sustain: a queue of long prompts counts
@@ -366,6 +367,61 @@ def expire(
                     Rejected(
                         reason=Reason.DEADLINE_EXCEEDED,
                         message="the request's deadline passed while it waited",
+                    ),
+                )
+            )
+    return gone
+
+
+def displaced(
+    *,
+    policies: Mapping[str, ClassPolicy],
+    load: PoolLoad,
+    fronts: Sequence[Waiting],
+    by: str,
+    now: float,
+) -> list[tuple[Waiting, Rejected]]:
+    """Waiters a request of class ``by`` pushed out of reach by queuing ahead of them: of the
+    ``fronts`` (each tenant's oldest waiter of a class below ``by``), those whose *best* start —
+    behind only the work queued in higher classes, its own line's earlier waiters being none —
+    now falls past their patience or deadline. They are refused at once rather than held until
+    the limit passes, so an overload's refusals stay fast when priorities reorder the queue.
+
+    Conservative: fair order within the waiter's own class and equal-priority classes could only
+    delay it further, so a waiter kept here may still time out, but none refused could have
+    started in time at the pool's measured rate."""
+    rate = load.service_rate
+    top = policies.get(by)
+    costs = load.queued_cost
+    if top is None or rate <= 0:
+        return []
+    gone = []
+    for w in fronts:
+        policy = policies.get(w.cls)
+        if policy is None or policy.priority >= top.priority:
+            continue
+        higher = [
+            c
+            for c, n in load.queued.items()
+            if n and c in policies and policies[c].priority > policy.priority
+        ]
+        if costs is not None and load.mean_cost > 0:
+            ahead = sum(costs.get(c, 0.0) for c in higher) / load.mean_cost
+        else:
+            ahead = float(sum(load.queued[c] for c in higher))
+        limit = w.patience if w.patience >= 0 else policy.patience(load.prefill)
+        budget = min(w.deadline, w.enqueued_at + limit) - now
+        expected = (ahead + 1) / rate
+        if expected > budget:
+            gone.append(
+                (
+                    w,
+                    Rejected(
+                        reason=Reason.DEADLINE_UNMEETABLE,
+                        message=f"higher-priority requests queued ahead of this {w.cls} request: "
+                        f"about {expected:.1f} s before it could start, {max(0.0, budget):.1f} s "
+                        "left of its objective and deadline",
+                        retry_after=max(expected, 0.1),
                     ),
                 )
             )
