@@ -11,8 +11,8 @@ objective less the pool's expected prefill, within a quarter of the objective an
 maximum queue age (:meth:`ClassPolicy.patience`) — or the time to its deadline is refused at
 once (a fast 429/503 with ``Retry-After``) instead of waiting to fail, and a waiter is shed once
 its patience has passed — or at once when requests of a higher class queue ahead of it and put
-its start out of reach (:func:`displaced`): an admitted request is one that can still meet its objective, so an
-overload sheds the excess instead of making every request late. The expected start is the token
+its start out of reach (:func:`displaced`): an admitted request is one that can still meet its
+objective, so an overload sheds the excess instead of making every request late. The expected start is the token
 *work* queued ahead (prompt plus reserved output, :func:`work`), in units of the average
 request's work, over the requests per second the slots sustain: a queue of long prompts counts
 as longer than one of short ones, and an idle minute does not make a pool look slow. Below the
