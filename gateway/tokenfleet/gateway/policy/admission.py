@@ -12,12 +12,12 @@ maximum queue age (:meth:`ClassPolicy.patience`) — or the time to its deadline
 once (a fast 429/503 with ``Retry-After``) instead of waiting to fail, and a waiter is shed once
 its patience has passed — or at once when requests of a higher class queue ahead of it and put
 its start out of reach (:func:`displaced`): an admitted request is one that can still meet its
-objective, so an overload sheds the excess instead of making every request late. The expected start is the token
-*work* queued ahead (prompt plus reserved output, :func:`work`), in units of the average
-request's work, over the requests per second the slots sustain: a queue of long prompts counts
-as longer than one of short ones, and an idle minute does not make a pool look slow. Below the
-top class shedding is graded: as a request's expected wait nears the patience it has (its
-objective less the expected prefill) it is refused with a probability rising from 0 at
+objective, so an overload sheds the excess instead of making every request late. The expected
+start is the token *work* queued ahead (prompt plus reserved output, :func:`work`), in units of
+the average request's work, over the requests per second the slots sustain: a queue of long
+prompts counts as longer than one of short ones, and an idle minute does not make a pool look
+slow. Below the top class shedding is graded: as a request's expected wait nears the patience it
+has (its objective less the expected prefill) it is refused with a probability rising from 0 at
 ``shed_from`` × that patience to 1 at it (the caller passes the uniform ``draw``), so the cliff
 becomes a slope and lower classes give way first. Under pressure, lower classes starve first and
 their waiters expire first: that is the shedding order. A class may instead accept a degraded
