@@ -116,6 +116,45 @@ def test_a_slow_client_stops_the_gateway_reading_the_engine_and_then_gets_every_
     assert raw.rstrip().endswith(b"data: [DONE]") or b"data: [DONE]" in raw[-64:]
 
 
+def _gaps_over(gateway: Gateway, seconds: str) -> float:
+    """Inter-token gaps the gateway recorded above ``seconds`` (a bucket bound), all models."""
+    _, text = gateway.get("/metrics")
+    name = "tokenfleet_gateway_inter_token_latency_seconds_bucket"
+    total = below = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            value = float(line.rsplit(" ", 1)[1])
+            if 'le="+Inf"' in line:
+                total += value
+            elif f'le="{seconds}"' in line:
+                below += value
+    return total - below
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.0"])
+def test_a_slow_client_does_not_count_as_engine_inter_token_latency(
+    gateway: Gateway, sim: Sim, version: str
+) -> None:
+    """The inter-token latency the gateway records — what canary analysis and the alerts judge
+    the engine by — is the engine's: a client that stops reading for 2 s backs the stream up,
+    yet no gap of a second or more is recorded (the simulator makes a token every few ms). It
+    did count the client's stall: a same-weights canary behind slow readers was rolled back on
+    630 ms against 26 ms."""
+    before = _gaps_over(gateway, "1.0")
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=60) as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        client.sendall(_request(20_000, version=version))
+        wait_for(
+            "the engine's connection to the gateway to back up",
+            lambda: _unread_from(sim.port) > 64 * 1024,
+            timeout=30,
+        )
+        time.sleep(2.0)
+        raw = _read_all(client, until=b"data: [DONE]")
+    assert b"data: [DONE]" in raw[-64:]
+    assert _gaps_over(gateway, "1.0") == before
+
+
 def test_an_http_1_0_client_gets_the_stream_unchunked_until_the_connection_closes(
     gateway: Gateway,
 ) -> None:

@@ -311,7 +311,11 @@ class _Events:
         return data[: cut + 2]
 
     def relayed(self, block: bytes) -> bytes:
-        """Count ``block`` as sent now; the bytes to send."""
+        """Count ``block`` as sent now; the bytes to send.
+
+        Its inter-token gap is the engine's: the time since the gateway was last ready for
+        more (the previous block written, or a slow client caught up), never the time a client
+        kept the stream waiting — canary analysis and the alerts judge engines by it."""
         now = time.monotonic()
         if self.last:
             self.outcome.gaps.append(now - self.last)
@@ -328,6 +332,12 @@ class _Events:
         the body's last chunk)."""
         if self.done:
             self.meter.complete = True
+
+    def caught_up(self) -> None:
+        """The client took what was waiting for it (an awaited write returned, a paused
+        transport drained): the engine's next gap starts now."""
+        if self.last:
+            self.last = time.monotonic()
 
 
 async def _relay(
@@ -364,6 +374,7 @@ async def _relay(
         await response.prepare(request)
         await response.write(events.relayed(first))  # the headers and the first chunk
         events.sent()
+        events.caught_up()
         if chunked:
             await _relay_below(upstream, request, events)
         else:  # an HTTP/1.0 client: no chunks, the body ends with the connection
@@ -371,6 +382,7 @@ async def _relay(
                 if block := events.cut(piece):
                     await response.write(events.relayed(block))
                     events.sent()
+                    events.caught_up()
     if events.pending.strip() and outcome.response is not None:
         await response.write(events.pending)
     if not events.done:
@@ -415,6 +427,7 @@ async def _relay_below(
             await protocol._drain_helper()  # aiohttp's own wait for a paused transport
         except ConnectionError:
             raise ClientLeft("the client closed its connection") from None
+        events.caught_up()
 
     await upstream.relay(send, slow=lambda: protocol.writing_paused, drained=drained)
 
