@@ -160,7 +160,8 @@ def control_patch(command: str) -> dict[str, Any]:
 
 
 def pools(bodies: Sequence[Mapping[str, Any]]) -> View:
-    """Desired, ready and warm replicas per pool and zone, with the autoscaler's reason."""
+    """Desired, ready and warm replicas per pool and zone, with the autoscaler's reason and
+    what a previewed policy would do (its would-be replicas for the pool, and why)."""
     rows, data = [], []
     for body in bodies:
         name = body["metadata"]["name"]
@@ -170,6 +171,10 @@ def pools(bodies: Sequence[Mapping[str, Any]]) -> View:
         reason = (auto.reason if auto else "") or (
             status.last_scaling.reason if status.last_scaling else "-"
         )
+        tried = auto.preview if auto else None
+        preview = "-" if tried is None else f"{tried.would_be_replicas} ({tried.reason})"
+        if tried is not None and tried.policy == "spec":
+            preview += " [spec's own; preview active]"
         for zone in status.zones:
             warm = min(spec.warm.per_zone, zone.ready)
             rows.append(
@@ -181,6 +186,7 @@ def pools(bodies: Sequence[Mapping[str, Any]]) -> View:
                     str(warm),
                     "yes" if zone.healthy else f"no: {zone.message}",
                     reason,
+                    preview,
                 )
             )
         data.append(
@@ -196,7 +202,9 @@ def pools(bodies: Sequence[Mapping[str, Any]]) -> View:
         )
     table = Table(
         title="Pools",
-        columns=("POOL", "ZONE", "DESIRED", "READY", "WARM", "HEALTHY", "SCALING REASON"),
+        columns=(
+            "POOL", "ZONE", "DESIRED", "READY", "WARM", "HEALTHY", "SCALING REASON", "PREVIEW"
+        ),
         rows=tuple(rows),
     )
     return View(tables=(table,), data={"pools": data})

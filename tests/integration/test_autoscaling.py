@@ -40,6 +40,7 @@ def deploy(
     down_window: int = 6,
     admission: dict[str, Any] | None = None,
     model: str = "auto-model",
+    autoscaling: dict[str, Any] | None = None,
 ) -> None:
     cluster.apply(
         artifact.trust_secret(ns),
@@ -57,6 +58,7 @@ def deploy(
                     "scaleDownStabilizationSeconds": down_window,
                     "maxScaleUpStep": 6,
                     "readinessDelaySeconds": 30,
+                    **(autoscaling or {}),
                 },
                 **({"admission": admission} if admission else {}),
             },
@@ -161,6 +163,49 @@ def test_waiting_requests_scale_up_then_down_after_the_window(
     )
     assert stamp(first_fall) - stamp(peak) >= 5  # the down window held the replicas
     assert decisions[-1]["replicas"] == 3
+
+
+def test_a_previewed_policy_shows_what_it_would_do_and_acts_once_promoted(
+    cluster: Cluster, ns: str, operator: Any
+) -> None:
+    """The active policy (1 waiting request per replica) scales up under load while a preview
+    that tolerates 100 says it would stay at 3 — status and `kubectl tokenfleet pools` show both,
+    and nothing scales on the preview; promoted with usePreview, the lax targets act and the
+    spec's own are the ones previewed."""
+    deploy(cluster, ns, autoscaling={"preview": {"targetWaitingPerReplica": 100}})
+    wait_for("3 ready", lambda: pool_status(cluster, ns).get("readyReplicas") == 3, timeout=60)
+    with concurrent.futures.ThreadPoolExecutor(1) as background:
+        running = background.submit(load, cluster, ns, 15)
+
+        def split() -> dict[str, Any] | None:
+            auto = pool_status(cluster, ns).get("autoscaling") or {}
+            tried = auto.get("preview") or {}
+            return auto if auto.get("demand", 0) > 3 and tried.get("wouldBeReplicas") else None
+
+        auto = wait_for("the active scaling up beside the preview", split, timeout=30, every=0.2)
+        assert auto["preview"]["wouldBeReplicas"] == 3, auto
+        assert auto["preview"]["policy"] == "preview"
+        assert auto["preview"]["recommendations"].get("WaitingRequests", 0) <= 3, auto
+        plugin = Path(sys.executable).parent / "kubectl-tokenfleet"  # as kubectl finds it
+        shown = subprocess.run(
+            [str(plugin), "pools", "-n", ns], capture_output=True, text=True, env=cluster.env,
+            timeout=60, check=True,
+        ).stdout  # fmt: skip
+        assert "PREVIEW" in shown and "3 (" in shown, shown
+        running.result(timeout=120)
+    cluster.kubectl("patch", "tfpool", "auto", "-n", ns, "--type", "merge", "-p",
+                    '{"spec": {"autoscaling": {"usePreview": true}}}')  # fmt: skip
+
+    def promoted() -> dict[str, Any] | None:
+        tried = (pool_status(cluster, ns).get("autoscaling") or {}).get("preview") or {}
+        return tried if tried.get("policy") == "spec" else None
+
+    wait_for("the spec's own targets shown as the preview", promoted, timeout=30)
+    refused = cluster.kubectl(
+        "patch", "tfpool", "auto", "-n", ns, "--type", "json", "-p",
+        '[{"op": "remove", "path": "/spec/autoscaling/preview"}]', check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "usePreview needs autoscaling.preview" in refused.stderr
 
 
 def test_a_pool_made_again_under_its_name_starts_from_its_minimum(

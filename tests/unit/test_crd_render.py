@@ -71,3 +71,23 @@ def test_check_mode_reports_stale_files(tmp_path: Path) -> None:
     assert crd.main(["--check", str(tmp_path)]) == 0
     (tmp_path / sorted(RENDERED)[0]).write_text("stale")
     assert crd.main(["--check", str(tmp_path)]) == 1
+
+
+def test_a_preview_gets_no_defaults_from_the_api_server() -> None:
+    """autoscaling.preview overrides only the fields it sets: a default the API server filled in
+    would override the active policy's value with the default."""
+    pools = next(k for k in crd.KINDS if k.kind == "InferencePool")
+    auto = crd.openapi_schema(pools)["properties"]["spec"]["properties"]["autoscaling"]
+    preview = auto["properties"]["preview"]
+
+    def defaults(node: Any) -> list[str]:
+        if isinstance(node, dict):
+            return [k for k in node if k == "default"] + [
+                d for v in node.values() for d in defaults(v)
+            ]
+        return [d for v in node for d in defaults(v)] if isinstance(node, list) else []
+
+    assert preview["properties"]["targetKvCacheUsage"]["type"] == "number"
+    assert not defaults(preview), preview
+    assert crd.OVERRIDES not in preview
+    assert auto["properties"]["targetKvCacheUsage"]["default"] == 0.8  # the active keeps them

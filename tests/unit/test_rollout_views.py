@@ -142,10 +142,22 @@ def test_pools_show_each_zone_with_warm_and_the_scaling_reason() -> None:
     view = views.pools([POOL])
     rows = view.tables[0].rows
     assert rows == (
-        ("p", "a", "3", "3", "1", "yes", "QueueAge"),
-        ("p", "b", "3", "0", "0", "no: lost", "QueueAge"),
+        ("p", "a", "3", "3", "1", "yes", "QueueAge", "-"),
+        ("p", "b", "3", "0", "0", "no: lost", "QueueAge", "-"),
     )
     assert view.data["pools"][0]["autoscaling"]["demand"] == 6
+
+
+def test_pools_show_what_a_previewed_policy_would_do_and_whose_targets_it_is() -> None:
+    auto = {"demand": 6, "reason": "QueueAge"}
+    tried = {"wouldBeReplicas": 9, "reason": "KvCacheUsage", "policy": "preview"}
+    pool = {**POOL, "status": {**POOL["status"], "autoscaling": {**auto, "preview": tried}}}
+    assert views.pools([pool]).tables[0].rows[0][-1] == "9 (KvCacheUsage)"
+    promoted = {**tried, "policy": "spec"}
+    pool = {**POOL, "status": {**POOL["status"], "autoscaling": {**auto, "preview": promoted}}}
+    shown = views.pools([pool])
+    assert shown.tables[0].rows[0][-1] == "9 (KvCacheUsage) [spec's own; preview active]"
+    assert shown.data["pools"][0]["autoscaling"]["preview"]["wouldBeReplicas"] == 9
 
 
 @pytest.mark.parametrize(

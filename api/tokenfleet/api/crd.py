@@ -286,7 +286,22 @@ def _structural(node: Any, defs: Schema, path: str) -> Any:
             out[key] = value
     if out.get("type") == "object" and "properties" in out:
         out.pop("additionalProperties", None)
+    if out.pop(OVERRIDES, False):
+        out = _without_defaults(out)
     return out
+
+
+#: A field's schema key: its object only overrides fields set elsewhere, so the API server must
+#: fill no defaults into it (a defaulted field would override with the default).
+OVERRIDES = "x-tokenfleet-overrides"
+
+
+def _without_defaults(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_without_defaults(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    return {k: _without_defaults(v) for k, v in node.items() if k != "default"}
 
 
 def openapi_schema(kind: Kind) -> Schema:

@@ -237,20 +237,15 @@ class ScheduleWindow(Model):
     max_replicas: int = Field(ge=1, le=10000, description="Most replicas during the window.")
 
 
-class Autoscaling(Model):
-    """Targets and damping for the replica decision (queue age and KV usage, never CPU)."""
+class ScalingTargets(Model):
+    """What the replica decision aims at and how it is damped (queue age and KV usage, never
+    CPU): the active policy's, or a preview's (``autoscaling.preview``: only the fields it sets
+    differ from the active ones)."""
 
-    enabled: bool = Field(default=True, description="Scale on signals; false holds replicas.min.")
     target_queue_age_ms: int = Field(
         default=500,
         ge=1,
         description="Oldest request in the gateways' queues for this pool, in milliseconds.",
-    )
-    queue_age_classes: list[Annotated[str, StringConstraints(max_length=63)]] = Field(
-        default_factory=list,
-        max_length=16,
-        description="Admission classes whose queue age drives scaling. Empty: every class but "
-        "the lowest-priority one (batch waits by design; its queue must not add GPUs).",
     )
     target_kv_cache_usage: float = Field(
         default=0.8,
@@ -288,22 +283,78 @@ class Autoscaling(Model):
     max_scale_down_step: int = Field(
         default=1, ge=1, description="Most replicas removed per decision."
     )
+    panic_queue_age_multiple: float = Field(
+        default=3.0,
+        ge=1,
+        description="Queue age above this multiple of its target skips up-stabilisation.",
+    )
+
+
+class Autoscaling(ScalingTargets):
+    """Targets and damping for the replica decision (queue age and KV usage, never CPU), the
+    known events' bounds, and a policy to preview before it acts."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.usePreview) || !self.usePreview || has(self.preview)",
+                "autoscaling.usePreview needs autoscaling.preview: there is no preview to promote",
+            )
+        )
+    )
+
+    enabled: bool = Field(default=True, description="Scale on signals; false holds replicas.min.")
+    queue_age_classes: list[Annotated[str, StringConstraints(max_length=63)]] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Admission classes whose queue age drives scaling. Empty: every class but "
+        "the lowest-priority one (batch waits by design; its queue must not add GPUs).",
+    )
     readiness_delay_seconds: int = Field(
         default=180,
         ge=0,
         description="Expected time from pod creation to Ready (model load); starting pods are "
         "credited as capacity for this long.",
     )
-    panic_queue_age_multiple: float = Field(
-        default=3.0,
-        ge=1,
-        description="Queue age above this multiple of its target skips up-stabilisation.",
-    )
     schedules: list[ScheduleWindow] = Field(
         default_factory=list,
         max_length=16,
         description="Replica bounds for known events, applied on top of replicas.",
     )
+    preview: ScalingTargets | None = Field(
+        default=None,
+        description="A scaling policy tried without acting: the targets and damping it sets "
+        "override the ones above in a second decision, run beside the active one on the same "
+        "signals; status.autoscaling.preview shows what it would do (wouldBeReplicas and why). "
+        "Nothing scales on it until usePreview.",
+        json_schema_extra={"x-tokenfleet-overrides": True},  # crd.OVERRIDES: no defaults inside
+    )
+    use_preview: bool = Field(
+        default=False,
+        description="Promote the preview: its targets act, and the ones above become the "
+        "preview shown in status (set false again to go back).",
+    )
+
+    @model_validator(mode="after")
+    def _preview_to_promote(self) -> Autoscaling:
+        refuse_first(
+            [
+                (
+                    self.use_preview and self.preview is None,
+                    "autoscaling.usePreview needs autoscaling.preview: there is no preview to "
+                    "promote",
+                )
+            ]
+        )
+        return self
+
+    def previewed(self) -> Autoscaling | None:
+        """The policy the preview describes: these targets with the preview's overrides (None
+        without a preview)."""
+        if self.preview is None:
+            return None
+        changed = {name: getattr(self.preview, name) for name in self.preview.model_fields_set}
+        return self.model_copy(update={**changed, "preview": None, "use_preview": False})
 
 
 class AdmissionClass(Model):
@@ -561,6 +612,22 @@ class ScalingDecision(Model):
     time: str = Field(description="RFC 3339 time of the decision.")
 
 
+class PreviewStatus(Model):
+    """What the previewed scaling policy would do, decided beside the active one."""
+
+    would_be_replicas: int = Field(description="Replicas the previewed policy would ask for.")
+    reason: str = Field(default="", description="Which signal or limit would decide.")
+    message: str = Field(default="", description="The would-be decision explained.")
+    recommendations: dict[str, int] = Field(
+        default_factory=dict, description="Each signal's recommendation under the preview."
+    )
+    policy: Literal["preview", "spec"] = Field(
+        default="preview",
+        description="Whose targets these are: the preview's, or (with usePreview) the spec's own "
+        "ones the promoted preview replaced.",
+    )
+
+
 class AutoscalingStatus(Model):
     """What the autoscaler saw and decided last."""
 
@@ -578,6 +645,11 @@ class AutoscalingStatus(Model):
         default_factory=list,
         max_length=10,
         description="The last decisions that changed the demand.",
+    )
+    preview: PreviewStatus | None = Field(
+        default=None,
+        description="With autoscaling.preview: what the other policy would decide now, on the "
+        "same signals.",
     )
 
 

@@ -127,6 +127,7 @@ class Reconciler:
         # uid → state: a pool deleted and made again under its name starts afresh, not from
         # the scaling history (or analysis time) of the one before it
         self.scaling: dict[str, scaling.State] = {}
+        self.scaling_preview: dict[str, scaling.State] = {}  # the previewed policies' own
         self.indexes = indexes
         self.config = config
         self.wake = asyncio.Event()
@@ -470,7 +471,7 @@ class Reconciler:
         starting = observed.starting(
             pods, revision, now=now, within=spec.autoscaling.readiness_delay_seconds
         )
-        policy = scaling.Policy.of(spec.autoscaling, spec.replicas)
+        policy, previewed = scaling.policies(spec.autoscaling, spec.replicas)
         decision = scaling.decide(
             policy=policy,
             signals=signals,
@@ -480,7 +481,25 @@ class Reconciler:
             now=now,
         )
         self.scaling[meta["uid"]] = decision.state
-        block = autoscaling_status.autoscaling_status(decision, old=old, now=now)
+        preview = None
+        if previewed is not None:  # the same signals, its own damping history: acts on nothing
+            tried = self.scaling_preview.get(meta["uid"]) or scaling.State(replicas=state.replicas)
+            preview = scaling.decide(
+                policy=previewed,
+                signals=signals,
+                state=tried,
+                ready=ready,
+                starting=starting,
+                now=now,
+            )
+            self.scaling_preview[meta["uid"]] = preview.state
+        block = autoscaling_status.autoscaling_status(
+            decision,
+            old=old,
+            now=now,
+            preview=preview,
+            promoted=spec.autoscaling.use_preview,
+        )
         missing = await self._missing_signals(ns, name, policy, signals, ready)
         fresh = not signals.stale  # readable; whether each signal has data is `missing`
         return decision.replicas, block, fresh, missing

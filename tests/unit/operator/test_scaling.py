@@ -454,3 +454,73 @@ def test_queue_age_classes(
     configured: list[str], classes: list[tuple[str, int]], expected: list[str]
 ) -> None:
     assert scaling.queue_age_classes(configured, classes) == expected
+
+
+def test_an_event_floor_holds_through_a_metrics_outage() -> None:
+    """A runtime floor for a known event (a schedule's minReplicas) lifts the pool even while
+    every signal is silent: the outage holds the last decision, never below the floor."""
+    policy = dataclasses.replace(BASE, schedules=(LAUNCH,))
+    decision = scaling.decide(
+        policy=policy, signals=Signals(), state=State(replicas=4), ready=4, starting=0, now=MONDAY_9
+    )
+    assert (decision.replicas, decision.why) == (12, Why.SCHEDULED_MIN), decision.message
+    stale = scaling.decide(
+        policy=policy,
+        signals=Signals(kv_cache_usage=0.1, stale=True),
+        state=decision.state,
+        ready=12,
+        starting=0,
+        now=MONDAY_9,
+    )
+    assert stale.replicas == 12
+
+
+PREVIEWED = {
+    "targetKvCacheUsage": 0.8,
+    "scaleDownStabilizationSeconds": 600,
+    "preview": {"targetKvCacheUsage": 0.4},
+}
+
+
+def test_a_preview_overrides_only_the_fields_it_sets() -> None:
+    active, preview = scaling.policies(
+        Autoscaling.model_validate(PREVIEWED), ReplicaBounds(min=1, max=20)
+    )
+    assert preview is not None
+    assert (active.target_kv_cache_usage, preview.target_kv_cache_usage) == (0.8, 0.4)
+    assert active.down_window == preview.down_window == 600  # not set in the preview: inherited
+    assert scaling.policies(Autoscaling(), ReplicaBounds())[1] is None
+
+
+def test_promoting_a_preview_makes_it_act_and_shows_the_specs_own_beside_it() -> None:
+    promoted = Autoscaling.model_validate({**PREVIEWED, "usePreview": True})
+    active, shown = scaling.policies(promoted, ReplicaBounds(min=1, max=20))
+    assert shown is not None
+    assert (active.target_kv_cache_usage, shown.target_kv_cache_usage) == (0.4, 0.8)
+    with pytest.raises(ValueError, match=r"usePreview needs autoscaling\.preview"):
+        Autoscaling.model_validate({"usePreview": True})
+
+
+def test_a_preview_decides_on_the_same_signals_without_acting() -> None:
+    """At 60 % KV usage on 4 replicas the active target (80 %) asks for 3, the preview's (40 %)
+    for 6: status shows both, the demand stays the active one's."""
+    from tokenfleet.operator.plan.autoscaling_status import autoscaling_status
+
+    active, preview = scaling.policies(
+        Autoscaling.model_validate(PREVIEWED), ReplicaBounds(min=1, max=20)
+    )
+    assert preview is not None
+    seen = Signals(kv_cache_usage=0.6)
+    state = State(replicas=4)
+    acts = scaling.decide(
+        policy=active, signals=seen, state=state, ready=4, starting=0, now=MONDAY_9
+    )
+    would = scaling.decide(
+        policy=preview, signals=seen, state=state, ready=4, starting=0, now=MONDAY_9
+    )
+    block = autoscaling_status(acts, old=None, now=MONDAY_9, preview=would)
+    assert block.demand == acts.replicas == 3  # the active's decision is the demand
+    assert block.preview is not None and block.preview.would_be_replicas == would.replicas == 6
+    assert block.preview.reason == Why.KV_CACHE.value and block.preview.policy == "preview"
+    wire = block.to_wire()
+    assert wire["preview"]["wouldBeReplicas"] == 6, wire

@@ -120,6 +120,18 @@ class Policy:
         )
 
 
+def policies(autoscaling: Autoscaling, replicas: ReplicaBounds) -> tuple[Policy, Policy | None]:
+    """The policy that acts and the one previewed beside it (None without a preview): the
+    spec's targets act and the preview's are tried, or — with ``usePreview`` — the reverse, so
+    the replaced targets stay visible until the preview is removed."""
+    own = Policy.of(autoscaling, replicas)
+    tried = autoscaling.previewed()
+    if tried is None:
+        return own, None
+    preview = Policy.of(tried, replicas)
+    return (preview, own) if autoscaling.use_preview else (own, preview)
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Signals:
     """What Prometheus said this interval; None is "no series", never zero."""
