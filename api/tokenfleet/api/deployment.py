@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from tokenfleet.api import engine_args
 from tokenfleet.api.base import (
     DNS_LABEL,
     Condition,
@@ -243,9 +244,31 @@ class Engine(Model):
     resources: WorkerResources | None = Field(
         default=None, description="CPU and memory requests of the worker container."
     )
-    extra_args: list[str] = Field(
-        default_factory=list, description="More `vllm serve` arguments, passed as given."
+    extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="More `vllm serve` arguments, passed as given, except the flags that would "
+        "widen the engine's reach (where it listens and with which key, CORS, what it loads "
+        "besides the verified artifact, Python it imports, where prompts leave the pod): "
+        + ", ".join(engine_args.REFUSED)
+        + ".",
+        json_schema_extra=validations(
+            cel(
+                f"!self.exists(a, {engine_args.cel_refused()})",
+                expr=f"'extraArgs may not set ' + self.filter(a, {engine_args.cel_refused()})"
+                ".join(', ') + ': these flags widen what the engine can reach (see the "
+                "field description); set the typed engine fields instead'",
+                reason="FieldValueForbidden",
+            )
+        ),
     )
+
+    @model_validator(mode="after")
+    def _extra_args_keep_the_engine_in(self) -> Engine:
+        refused = engine_args.refusals(self.extra_args)
+        if refused:
+            raise ValueError("extraArgs may not set these flags: " + "; ".join(refused))
+        return self
 
     @model_validator(mode="after")
     def _speculative_config_is_a_json_object(self) -> Engine:
