@@ -146,7 +146,7 @@ class Reconciler:
         # index drops them: until a replacement shows in the index, nothing else marks them stale
         self.reverifying: dict[str, set[str]] = {}
         self.gate = evidence.GateEvidence(kube=kube, signals=signals)
-        self.adapter_verifier = AdapterVerifier(kube, self.wake.set)
+        self.adapter_verifier = AdapterVerifier(kube, self.wake.set, config.fetch)
         self.adapter_written: dict[str, float] = {}  # uid → monotonic time of its last write
         self.passes = 0
 
