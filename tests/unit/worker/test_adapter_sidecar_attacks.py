@@ -50,9 +50,9 @@ def call(url: str, *, body: dict[str, Any] | None = None, key: str | None = None
     if key is not None:
         headers["Authorization"] = f"Bearer {key}"
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers=headers)  # noqa: S310
+    request = urllib.request.Request(url, data=data, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=10) as response:
             return int(response.status)
     except urllib.error.HTTPError as error:
         return int(error.code)
