@@ -45,12 +45,15 @@ FILES = {
 PROMETHEUS_OPERATOR_API = "monitoring.coreos.com/v1"
 
 SECRETS_NOTE = """\
-# Create the two random Secrets first (every gateway replica must share the salt):
+# Create the three random Secrets first (every gateway replica must share the salt; the
+# engine key is what engines require of the gateway, and the operator copies to each pool):
 #   kubectl create namespace tokenfleet-system
 #   kubectl -n tokenfleet-system create secret generic tokenfleet-gateway-salt \\
 #     --from-literal=salt="$(head -c 32 /dev/urandom | base64)"
 #   kubectl -n tokenfleet-system create secret generic tokenfleet-redis \\
 #     --from-literal=password="$(head -c 24 /dev/urandom | base64 | tr -dc A-Za-z0-9)"
+#   kubectl -n tokenfleet-system create secret generic tokenfleet-engine-key \\
+#     --from-literal=key="$(head -c 32 /dev/urandom | base64 | tr -dc A-Za-z0-9)"
 """
 
 #: Static kustomizations (folder → text). Paths existing tooling applies stay where they were:

@@ -238,6 +238,12 @@ INVALID = [
         "at least 1 chars long",
     ),
     _case(
+        "model-extra-args-widen-reach",  # issue #35: prompts could read the worker's files
+        "ModelDeployment",
+        {"engine": {"extraArgs": ["--seed", "1", "--allowed_local_media_path=/"]}},
+        "extraArgs may not set --allowed_local_media_path=/",
+    ),
+    _case(
         "model-kv-cache-not-a-quantity",
         "ModelDeployment",
         {"engine": {"kvCacheMemory": "8 GB"}},

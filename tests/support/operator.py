@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,6 +49,10 @@ def running_operator(
                 "KUBECONFIG": str(kubeconfig),
                 "TOKENFLEET_RECONCILE_SECONDS": "1",
                 "TOKENFLEET_PROMETHEUS_URL": prometheus,
+                # The tests' adapters lie in pytest's temporary directories or are served on
+                # loopback: the operator's fetch policy refuses both unless allowed (issue #35).
+                "TOKENFLEET_ADAPTER_FILE_ROOTS": tempfile.gettempdir(),
+                "TOKENFLEET_ADAPTER_FETCH_ALLOW": "127.0.0.0/8",
                 **(env or {}),
             },
             stdout=out,

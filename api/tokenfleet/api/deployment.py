@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from tokenfleet.api import engine_args
 from tokenfleet.api.base import (
     DNS_LABEL,
     Condition,
@@ -171,6 +172,19 @@ class WorkerResources(Model):
     )
 
 
+#: The CRD's half of engine_args' refusal: one rule per argument (the API server's CEL cost
+#: estimate multiplies a rule by the list's length, so a per-item rule with a plain message fits
+#: its budget where a rule over the whole list with a filter in its message did not).
+_REFUSED_FLAG = validations(
+    cel(
+        f"!{engine_args.cel_refused('self')}",
+        expr="'extraArgs may not set ' + self + ': the flag widens what the engine can reach "
+        "(see the field description); use the typed engine fields'",
+        reason="FieldValueForbidden",
+    )
+)
+
+
 class Engine(Model):
     """vLLM settings rendered into the worker pod's `vllm serve` arguments (vLLM 0.33 on GPU
     pools, vLLM's CPU build 0.32 on CPU pools)."""
@@ -243,9 +257,23 @@ class Engine(Model):
     resources: WorkerResources | None = Field(
         default=None, description="CPU and memory requests of the worker container."
     )
-    extra_args: list[str] = Field(
-        default_factory=list, description="More `vllm serve` arguments, passed as given."
+    extra_args: list[Annotated[str, Field(max_length=1024, json_schema_extra=_REFUSED_FLAG)]] = (
+        Field(
+            default_factory=list,
+            max_length=64,
+            description="More `vllm serve` arguments, passed as given, except the flags that "
+            "would widen the engine's reach (where it listens and with which key, CORS, what it "
+            "loads besides the verified artifact, Python it imports, where prompts leave the "
+            "pod): " + ", ".join(engine_args.REFUSED) + ".",
+        )
     )
+
+    @model_validator(mode="after")
+    def _extra_args_keep_the_engine_in(self) -> Engine:
+        refused = engine_args.refusals(self.extra_args)
+        if refused:
+            raise ValueError("extraArgs may not set " + "; ".join(refused))
+        return self
 
     @model_validator(mode="after")
     def _speculative_config_is_a_json_object(self) -> Engine:

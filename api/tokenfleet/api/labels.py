@@ -18,6 +18,8 @@ TOPOLOGY_ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"
 GPU_PRODUCT = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
+#: Every namespace's own name as a label (the API server sets it): NetworkPolicy peers use it.
+NAMESPACE_NAME = "kubernetes.io/metadata.name"
 
 #: On a Secret, value "true": it holds API key hashes. Gateways watch only such Secrets, and the
 #: operator counts a tenant's keys from their metadata (the data entries' names).

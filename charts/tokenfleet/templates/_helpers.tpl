@@ -17,6 +17,10 @@ say for a test, coexists by name but both operators would act on the same resour
 {{ .Values.gateway.saltSecretName | default (printf "%s-gateway-salt" (include "tokenfleet.fullname" .)) }}
 {{- end }}
 
+{{- define "tokenfleet.engineKeySecret" -}}
+{{ .Values.engineKeySecretName | default (printf "%s-engine-key" (include "tokenfleet.fullname" .)) }}
+{{- end }}
+
 {{- define "tokenfleet.redisSecret" -}}
 {{ .Values.redis.passwordSecretName | default (printf "%s-redis" (include "tokenfleet.fullname" .)) }}
 {{- end }}

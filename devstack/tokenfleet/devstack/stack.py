@@ -479,6 +479,11 @@ class Stack:
                     "KUBECONFIG": str(config),
                     "TOKENFLEET_PROMETHEUS_URL": f"http://127.0.0.1:{self.ports.prometheus}",
                     "TOKENFLEET_METRICS_PORT": str(metrics_port),
+                    # The operator's own adapter verification reaches only what the platform
+                    # serves: the examples' file:// copies and the artifact server on the bridge
+                    # (values-local.yaml says the same for the chart's operator).
+                    "TOKENFLEET_ADAPTER_FILE_ROOTS": "/tmp/tokenfleet-examples",  # noqa: S108
+                    "TOKENFLEET_ADAPTER_FETCH_ALLOW": "10.250.0.1/32",
                 },
             )
         )

@@ -202,7 +202,10 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
     app.router.add_get("/health", health)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
+    if settings.metrics_port:
+        app.cleanup_ctx.append(_metrics_port)
+    else:
+        app.router.add_get("/metrics", metrics)
     app.cleanup_ctx.append(_client_session)
     app.cleanup_ctx.append(_access_log)
     app.cleanup_ctx.append(_queue_gauges)
@@ -243,7 +246,9 @@ def build(settings: Settings, registry: Metrics) -> GatewayState:
         router=router.Router(settings, registry.routing),
         adapters=adapter_slots.AdapterSlots(registry.adapters),
         remotes=Remotes(settings.remote_keys_dir),
-        engines=engine_http.Client(connect_seconds=settings.upstream_connect_seconds),
+        engines=engine_http.Client(
+            connect_seconds=settings.upstream_connect_seconds, engine_key=settings.engine_key
+        ),
     )
 
 
@@ -321,7 +326,9 @@ async def _adapter_listings(app: web.Application) -> Any:
         }
 
     # short connections, as the /metrics scrape: a listing every few seconds per worker
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(force_close=True), headers=_sidecar_auth(state.settings)
+    )
     task = asyncio.create_task(
         adapter_slots.refresh_forever(state.adapters, session, loaders, interval=interval)
     )
@@ -360,6 +367,26 @@ async def _access_log(_: web.Application) -> Any:
         yield
 
 
+def _sidecar_auth(settings: Settings) -> dict[str, str]:
+    """The engine key for the adapter sidecars, which require it as their engines do."""
+    return {"Authorization": f"Bearer {settings.engine_key}"} if settings.engine_key else {}
+
+
+async def _metrics_port(app: web.Application) -> Any:
+    """/metrics on its own port (settings.metrics_port), never on the public API's: it names
+    every tenant and their usage. Every worker process binds it (SO_REUSEPORT), and any of
+    them answers for all (the multiprocess collector)."""
+    settings = app[STATE].settings
+    side = web.Application()
+    side[STATE] = app[STATE]
+    side.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(side, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, settings.host, settings.metrics_port, reuse_port=True).start()
+    yield
+    await runner.cleanup()
+
+
 async def _client_session(app: web.Application) -> Any:
     """The adapters' loads go through one session made at start (it needs the loop); at the
     end every store, the Redis backend and the engines' connections close."""
@@ -369,6 +396,7 @@ async def _client_session(app: web.Application) -> Any:
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=None, connect=state.settings.upstream_connect_seconds),
         auto_decompress=False,
+        headers=_sidecar_auth(state.settings),
     )
     yield
     await state.close()

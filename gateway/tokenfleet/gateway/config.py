@@ -84,6 +84,14 @@ class Settings:
     """Where ModelRoute remotes' keys are mounted: ``<dir>/<secret>/<key>`` (the chart's
     gateway.remoteKeySecrets; TOKENFLEET_REMOTE_KEYS_DIR). The gateway never reads Secrets
     through the API, so a route can only use a key the platform team mounted."""
+    engine_key: str = dataclasses.field(default="", repr=False)
+    """The key engines and their adapter sidecars serve behind (TOKENFLEET_ENGINE_API_KEY, the
+    chart's engine-key Secret, which the operator copies to each pool): sent as Authorization
+    on every engine and sidecar request. "": engines that take requests without a key."""
+    metrics_port: int = 0
+    """Where /metrics is served (TOKENFLEET_METRICS_PORT), apart from the API port: it names
+    every tenant and their usage, so the public Service never exposes it. 0: on the API port
+    (a host process in tests and the local platform)."""
 
     @property
     def processes(self) -> int:
@@ -111,6 +119,8 @@ class Settings:
             remote_keys_dir=Path(
                 os.environ.get("TOKENFLEET_REMOTE_KEYS_DIR") or "/var/run/tokenfleet/remote-keys"
             ),
+            engine_key=os.environ.get("TOKENFLEET_ENGINE_API_KEY", ""),
+            metrics_port=int(os.environ.get("TOKENFLEET_METRICS_PORT") or 0),
         )
         return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
 

@@ -273,8 +273,14 @@ class Client:
     caller (attempts.py) decides whether to try another endpoint. Resending here would run a
     POST twice whenever the engine had taken it before the connection broke."""
 
-    def __init__(self, *, connect_seconds: float) -> None:
+    def __init__(self, *, connect_seconds: float, engine_key: str = "") -> None:
         self._connect_seconds = connect_seconds
+        # Engines serve behind vLLM's --api-key (the operator's plan.isolation): a request that
+        # names no Authorization of its own (every engine request; a remote gateway's always
+        # carries that remote's key) goes with this one. "": engines take requests without.
+        self._engine_auth = (
+            b"Authorization: Bearer %s\r\n" % engine_key.encode("latin-1") if engine_key else b""
+        )
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._busy: set[_Connection] = set()
         self._ssl: ssl.SSLContext | None = None
@@ -305,9 +311,11 @@ class Client:
         """Send one POST; yield its exchange once the answer's head arrived. Leaving the block
         pools the connection if the answer was read to its end, else closes it."""
         origin, start = self._target(url)
-        request = b"%sContent-Length: %d\r\n%s\r\n%s" % (
+        own = any(name.lower() == "authorization" for name in headers)
+        request = b"%sContent-Length: %d\r\n%s%s\r\n%s" % (
             start,
             len(body),
+            b"" if own else self._engine_auth,
             _header_lines(headers),
             body,
         )

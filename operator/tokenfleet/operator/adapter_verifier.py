@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING
 
 from tokenfleet.api.adapter import ModelAdapterSpec
 from tokenfleet.api.deployment import TrustPolicy
+from tokenfleet.operator.config import AdapterFetchLimits
 from tokenfleet.operator.k8s import Kube
 from tokenfleet.operator.plan.adapter_status import Verdict
 
 if TYPE_CHECKING:
+    from tokenfleet.signing import fetch
     from tokenfleet.signing.verify import Trust
 
 log = logging.getLogger("tokenfleet.operator.adapters")
@@ -35,8 +37,8 @@ RETRY_REFUSED_SECONDS = 60.0
 #: A verified adapter is checked again this long after: files changed in place are caught here
 #: too, not only by the worker's sidecar at its next load.
 RECHECK_VERIFIED_SECONDS = 600.0
-#: Adapters are tens of MB; one stuck download must not hold every other verdict back.
-FETCH_TIMEOUT_SECONDS = 30.0
+#: Longest one receive may stall; the whole fetch is bounded by config.AdapterFetchLimits.
+READ_TIMEOUT_SECONDS = 10.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -51,12 +53,21 @@ class _Key:
 class AdapterVerifier:
     """Verdicts by adapter uid; :meth:`verdict` starts a check when none is current."""
 
-    def __init__(self, kube: Kube, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        wake: Callable[[], None],
+        limits: AdapterFetchLimits | None = None,
+    ) -> None:
         self._kube = kube
         self._wake = wake
+        self._limits = limits or AdapterFetchLimits()
         self._done: dict[_Key, tuple[Verdict, float]] = {}
         self._running: dict[_Key, asyncio.Task[None]] = {}
-        self._one_at_a_time = asyncio.Semaphore(1)  # hashing shares the operator's CPU
+        # One slow server holds back only its own namespace's verdicts; the overall bound keeps
+        # the scratch volume (at_once x max_bytes) and the CPU (hashing) within the pod's share.
+        self._at_once = asyncio.Semaphore(self._limits.at_once)
+        self._namespaces: dict[str, asyncio.Semaphore] = {}
 
     def verdict(
         self, *, uid: str, namespace: str, spec: ModelAdapterSpec, trust: TrustPolicy
@@ -86,8 +97,9 @@ class AdapterVerifier:
     async def _check(
         self, key: _Key, namespace: str, spec: ModelAdapterSpec, trust: TrustPolicy
     ) -> None:
+        own = self._namespaces.setdefault(namespace, asyncio.Semaphore(self._limits.per_namespace))
         try:
-            async with self._one_at_a_time:
+            async with own, self._at_once:
                 started = time.monotonic()
                 verdict = await asyncio.to_thread(self._verify_blocking, namespace, spec, trust)
                 log.info(
@@ -126,13 +138,25 @@ class AdapterVerifier:
                 expected_digest=artifact.digest,
                 signature_uri=artifact.signature_uri,
                 workdir=Path(workdir) / "files",
-                timeout=FETCH_TIMEOUT_SECONDS,
+                timeout=READ_TIMEOUT_SECONDS,
+                limits=self._fetch_limits(),
             )
         return Verdict(
             digest=artifact.digest,
             reason=found.reason.value,
             message=found.message,
             signer=found.signer,
+        )
+
+    def _fetch_limits(self) -> fetch.Limits:
+        from tokenfleet.signing import fetch
+
+        limits = self._limits
+        return fetch.Limits(
+            max_bytes=limits.max_bytes,
+            seconds=limits.total_seconds,
+            allowed_networks=limits.allowed_networks,
+            file_roots=limits.file_roots,
         )
 
     def _trust(self, namespace: str, trust: TrustPolicy, workdir: Path) -> Trust:

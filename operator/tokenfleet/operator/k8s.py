@@ -36,6 +36,8 @@ _PATHS = {  # (apiVersion, kind) → URL prefix and plural
     ("apps/v1", "Deployment"): ("/apis/apps/v1", "deployments"),
     ("policy/v1", "PodDisruptionBudget"): ("/apis/policy/v1", "poddisruptionbudgets"),
     ("v1", "Service"): ("/api/v1", "services"),
+    ("v1", "Secret"): ("/api/v1", "secrets"),
+    ("networking.k8s.io/v1", "NetworkPolicy"): ("/apis/networking.k8s.io/v1", "networkpolicies"),
     ("v1", "Event"): ("/api/v1", "events"),
     ("v1", "ConfigMap"): ("/api/v1", "configmaps"),
     ("v1", "Pod"): ("/api/v1", "pods"),

@@ -39,6 +39,7 @@ from tokenfleet.operator.plan import (
     canary,
     desired,
     devices,
+    isolation,
     model_status,
     observed,
     pools,
@@ -93,10 +94,17 @@ S = TypeVar("S", bound=Model)
 
 
 def _fit(
-    spec: ModelDeploymentSpec, ns: str, specs: Mapping[tuple[str, str], InferencePoolSpec]
+    spec: ModelDeploymentSpec,
+    ns: str,
+    specs: Mapping[tuple[str, str], InferencePoolSpec],
+    allowed_images: tuple[str, ...],
 ) -> devices.Fit:
     """The spec fitted to its pools in ``ns`` (plan.devices): what every planner is given."""
-    return devices.fit(spec, pools={p: specs[(ns, p)] for p in spec.pools if (ns, p) in specs})
+    return devices.fit(
+        spec,
+        pools={p: specs[(ns, p)] for p in spec.pools if (ns, p) in specs},
+        allowed_images=allowed_images,
+    )
 
 
 def _status_of(model: type[S], body: Mapping[str, Any] | None) -> S | None:
@@ -139,7 +147,7 @@ class Reconciler:
         # index drops them: until a replacement shows in the index, nothing else marks them stale
         self.reverifying: dict[str, set[str]] = {}
         self.gate = evidence.GateEvidence(kube=kube, signals=signals)
-        self.adapter_verifier = AdapterVerifier(kube, self.wake.set)
+        self.adapter_verifier = AdapterVerifier(kube, self.wake.set, config.fetch)
         self.adapter_written: dict[str, float] = {}  # uid → monotonic time of its last write
         self.passes = 0
 
@@ -337,6 +345,15 @@ class Reconciler:
                 meta["name"],
             )
 
+    def _peers(self) -> isolation.Peers | None:
+        """Who may connect to workers (plan.isolation), or None: no NetworkPolicy rendered."""
+        if not self.config.network_policy:
+            return None
+        return isolation.Peers(
+            gateway_namespace=self.config.gateway_namespace,
+            scraper_namespaces=self.config.scraper_namespaces,
+        )
+
     def _pool_specs(self) -> dict[tuple[str, str], InferencePoolSpec]:
         """(namespace, pool) → its spec, for fitting models to their pools' device; a pool
         whose spec does not parse is left out (its own pass reports it)."""
@@ -383,7 +400,7 @@ class Reconciler:
         except pydantic.ValidationError as exc:
             await self._invalid(body, exc, now)
             return
-        fit = _fit(model, ns, specs) if model else None
+        fit = _fit(model, ns, specs, self.config.allowed_images) if model else None
         model = fit.spec if fit else None
         old = _status_of(InferencePoolStatus, body)
         demand, autoscaling, metrics_ok, missing = await self._autoscale(
@@ -412,6 +429,8 @@ class Reconciler:
                 metrics_missing=missing,
                 model_status=_status_of(ModelDeploymentStatus, model_body),
                 misfit=fit.misfit if fit else None,
+                peers=self._peers(),
+                engine_key=self.config.engine_key,
             )
         )
         # Costs first: an applied Deployment may already carry fewer replicas, and once its
@@ -540,7 +559,8 @@ class Reconciler:
     ) -> None:
         meta = body["metadata"]
         ns = meta["namespace"]
-        fit = _fit(ModelDeploymentSpec.model_validate(body.get("spec", {})), ns, specs)
+        spec = ModelDeploymentSpec.model_validate(body.get("spec", {}))
+        fit = _fit(spec, ns, specs, self.config.allowed_images)
         spec = fit.spec
         existing = frozenset(n for (pool_ns, n) in self.indexes.pools if pool_ns == ns)
         current = _status_of(ModelDeploymentStatus, body)
@@ -574,6 +594,7 @@ class Reconciler:
                 trust=trust,
                 recheck=recheck,
                 fit=fit,
+                allowed_images=self.config.allowed_images,
             )
         )
         await self._report(body, "ModelDeployment", status.to_wire(), events, now)

@@ -9,7 +9,10 @@ Decided changes since: the readiness probe (2026-12-07). The old one sent a comp
 the engine's queue and a real engine with a full batch and a queue failed it every time, so a
 saturated replica went NotReady; fixing that changes every worker's pod template, so upgrading
 the operator rolls every GPU worker once (maxSurge 1, drained: no stream is cut). Revision
-names are unchanged.
+names are unchanged. And the worker hardening (issue #35, 2026-12-07): a non-root user, no
+capabilities, no service-account token, and a probe that sends the engine key — one more
+rolling restart of every worker on upgrade, revision names again unchanged (the pins below
+render without the key; with the chart's key the template also gains VLLM_API_KEY).
 
 Matrix: engine settings (defaults, every typed setting with LoRA adapters and resources, the
 default image spelled out) × pools (defaults; a product, two GPUs, selectors, tolerations and a
@@ -94,14 +97,14 @@ def test_gpu_revision_names_are_unchanged(engine: dict[str, Any], revision: str)
 @pytest.mark.parametrize(
     ("engine", "pool", "expected"),
     [
-        pytest.param({}, {}, "404137de62c5a0a7", id="defaults"),
-        pytest.param({}, H100, "3ce9a7f1c0a614db", id="defaults-on-h100"),
-        pytest.param(EVERY_SETTING, {}, "7edcd9fc2b721f7d", id="every-setting"),
-        pytest.param(EVERY_SETTING, H100, "776d3997cdc2777f", id="every-setting-on-h100"),
+        pytest.param({}, {}, "6243dcfde20c2ed1", id="defaults"),
+        pytest.param({}, H100, "8eefc117887bf959", id="defaults-on-h100"),
+        pytest.param(EVERY_SETTING, {}, "75e42ccd9fdb9948", id="every-setting"),
+        pytest.param(EVERY_SETTING, H100, "18f5fcd0a67b354d", id="every-setting-on-h100"),
         pytest.param(
             {"image": "ghcr.io/tokenfleet/worker:vllm-v0.33.0"},
             {},
-            "404137de62c5a0a7",
+            "6243dcfde20c2ed1",
             id="image-spelled",
         ),
     ],

@@ -9,7 +9,10 @@ Any failure to read raises :class:`Unreachable` (the ArtifactUnreachable verdict
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import shutil
+import socket
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -27,6 +30,89 @@ _CHUNK = 1 << 20  # bytes copied per read: large files stream without being held
 
 class Unreachable(Exception):
     """The artifact or its signature could not be read."""
+
+
+#: Addresses a bounded fetch refuses unless allowed by name: loopback, private, link-local
+#: (cloud metadata at 169.254.169.254 and fd00:ec2::254), carrier-grade NAT, unique-local,
+#: multicast, unspecified. A ModelAdapter's author names the URL; the operator must not become
+#: their way into the cluster's own services or the node's metadata endpoint.
+PRIVATE_NETWORKS = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+        "::/128",
+        "::1/128",
+        "::ffff:0:0/96",
+        "fc00::/7",
+        "fe80::/10",
+        "ff00::/8",
+    )
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """Bounds of one fetch, for a fetcher that downloads what someone else names (the operator).
+
+    ``max_bytes`` and ``seconds`` hold for the whole fetch, signature and files together;
+    ``allowed_networks`` are the private networks (CIDR) it may still reach, ``file_roots`` the
+    directories a file:// artifact may lie below (none: file:// refused)."""
+
+    max_bytes: int
+    seconds: float
+    allowed_networks: tuple[str, ...] = ()
+    file_roots: tuple[str, ...] = ()
+
+
+class _Spend:
+    """What a bounded fetch has used so far: bytes, and time against its deadline."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.bytes = 0
+        self.deadline = time.monotonic() + limits.seconds
+
+    def remaining_seconds(self, url: str) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise Unreachable(f"{url}: the fetch took over {self.limits.seconds:g} s in all")
+        return left
+
+    def take(self, count: int, url: str) -> None:
+        self.bytes += count
+        if self.bytes > self.limits.max_bytes:
+            raise Unreachable(
+                f"{url}: the artifact is over {self.limits.max_bytes} bytes, the most this "
+                "fetcher downloads"
+            )
+
+
+def refused_address(host: str, allowed_networks: tuple[str, ...]) -> str:
+    """Why ``host`` may not be fetched from (an address of it is private and not allowed), or
+    "" when every address it resolves to is public or allowed."""
+    allowed = [ipaddress.ip_network(n, strict=False) for n in allowed_networks]
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError as error:
+        return f"{host} does not resolve: {error}"
+    for info in infos:
+        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+        if any(address in net for net in allowed):
+            continue
+        if any(address in net for net in PRIVATE_NETWORKS):
+            return (
+                f"{host} is {address}, a private, loopback or link-local address this fetcher "
+                "does not reach (allow its network in the operator's settings if it is yours)"
+            )
+    return ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,21 +135,41 @@ def signature_location(uri: str, signature_uri: str = "") -> str:
 
 
 def fetch(
-    uri: str, *, signature_uri: str = "", workdir: Path, timeout: float = DEFAULT_TIMEOUT
+    uri: str,
+    *,
+    signature_uri: str = "",
+    workdir: Path,
+    timeout: float = DEFAULT_TIMEOUT,
+    limits: Limits | None = None,
 ) -> Fetched:
-    """Local paths of the artifact's files and signature; downloads into ``workdir`` if remote."""
+    """Local paths of the artifact's files and signature; downloads into ``workdir`` if remote.
+    ``limits``: bound the whole fetch (bytes, time, addresses, local roots); None: unbounded."""
     scheme = urllib.parse.urlsplit(uri).scheme
     signature_url = signature_location(uri, signature_uri)
     if scheme == "file":
+        if limits is not None:
+            _inside_roots((uri, signature_url), limits.file_roots)
         return _local(uri, signature_url)
     source: Source
     if scheme in ("http", "https"):
-        source = HttpSource(timeout=timeout)
+        source = HttpSource(timeout=timeout, spend=_Spend(limits) if limits else None)
+    elif limits is not None:  # an S3 client's downloads cannot be bounded as they go
+        raise Unreachable(f"{scheme}:// artifacts are not fetched here: use http(s)")
     elif scheme == "s3":
         source = S3Source.create()
     else:
         raise Unreachable(f"unsupported artifact scheme {scheme!r}: use file, http(s) or s3")
     return download(uri, signature_url, source=source, workdir=workdir)
+
+
+def _inside_roots(urls: tuple[str, ...], roots: tuple[str, ...]) -> None:
+    for url in urls:
+        path = _path_of(url).resolve()
+        if not any(path.is_relative_to(Path(root).resolve()) for root in roots):
+            raise Unreachable(
+                f"{url}: file:// artifacts are read here only below "
+                f"{', '.join(roots) or '(no directory: none allowed)'}"
+            )
 
 
 def _path_of(url: str) -> Path:
@@ -103,21 +209,70 @@ def download(uri: str, signature_url: str, *, source: Source, workdir: Path) -> 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class HttpSource:
-    """Plain GETs; redirects are followed, anything but 200 fails."""
+    """Plain GETs; redirects are followed, anything but 200 fails. With ``spend`` (a bounded
+    fetch), every URL and redirect is checked against the address policy first, and the bytes
+    and the deadline are counted across all of the fetch's downloads."""
 
     timeout: float = DEFAULT_TIMEOUT
+    spend: _Spend | None = None
 
     def download(self, url: str, target: Path) -> None:
         if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
             raise Unreachable(f"{url}: not an http(s) URL")
+        spend = self.spend
+        opener = urllib.request.build_opener(_CheckedRedirects(spend))
         try:
-            with (
-                urllib.request.urlopen(url, timeout=self.timeout) as response,  # noqa: S310
-                target.open("wb") as out,
-            ):
-                shutil.copyfileobj(response, out, _CHUNK)
+            self._checked(url)
+            timeout = (
+                self.timeout if spend is None else min(self.timeout, spend.remaining_seconds(url))
+            )
+            with opener.open(url, timeout=timeout) as response, target.open("wb") as out:
+                if spend is None:
+                    shutil.copyfileobj(response, out, _CHUNK)
+                    return
+                _declared(response, spend, url)
+                # read1: one receive per call, each bounded by the socket's timeout, so the
+                # deadline is checked between receives (a trickle cannot hold a read open).
+                while piece := response.read1(_CHUNK):
+                    spend.take(len(piece), url)
+                    spend.remaining_seconds(url)
+                    out.write(piece)
+        except Unreachable:
+            raise
         except (urllib.error.URLError, OSError, ValueError) as error:
             raise Unreachable(f"{url}: {error}") from error
+
+    def _checked(self, url: str) -> None:
+        if self.spend is None:
+            return
+        host = urllib.parse.urlsplit(url).hostname or ""
+        why = refused_address(host, self.spend.limits.allowed_networks)
+        if why:
+            raise Unreachable(f"{url}: {why}")
+
+
+def _declared(response: object, spend: _Spend, url: str) -> None:
+    """Refuse before reading when the declared length already exceeds what is left."""
+    length = getattr(response, "headers", {}).get("Content-Length")
+    if length and length.isdigit() and spend.bytes + int(length) > spend.limits.max_bytes:
+        spend.take(int(length), url)
+
+
+class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects go through the same address policy as the first URL."""
+
+    def __init__(self, spend: _Spend | None) -> None:
+        self._spend = spend
+
+    def redirect_request(  # type: ignore[no-untyped-def]  # noqa: PLR0917 - urllib's signature
+        self, req, fp, code, msg, headers, newurl
+    ):
+        if self._spend is not None:
+            host = urllib.parse.urlsplit(newurl).hostname or ""
+            why = refused_address(host, self._spend.limits.allowed_networks)
+            if why:
+                raise Unreachable(f"{newurl} (a redirect): {why}")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -134,6 +134,7 @@ def verify_artifact(
     signature_uri: str = "",
     workdir: Path | None = None,
     timeout: float = fetch.DEFAULT_TIMEOUT,
+    limits: fetch.Limits | None = None,
 ) -> tuple[Verdict, Path | None]:
     """Fetch, then verify; return the verdict and, when verified, the local model directory.
 
@@ -144,7 +145,11 @@ def verify_artifact(
         workdir = Path(tempfile.mkdtemp(prefix="tokenfleet-artifact-"))
     try:
         fetched = fetch.fetch(
-            uri, signature_uri=signature_uri, workdir=workdir or Path(), timeout=timeout
+            uri,
+            signature_uri=signature_uri,
+            workdir=workdir or Path(),
+            timeout=timeout,
+            limits=limits,
         )
     except fetch.Unreachable as error:
         return Verdict(reason=Reason.ARTIFACT_UNREACHABLE, message=str(error)), None

@@ -28,7 +28,9 @@ from pathlib import Path
 from tokenfleet.signing.verdict import Verdict
 
 DEFAULT_PORT = 8002
-DEFAULT_ADDRESS = "0.0.0.0"  # noqa: S104 - a pod's sidecar answers the gateway on the pod IP
+#: A pod's sidecar answers the gateway on the pod IP: the NetworkPolicy admits only the gateway,
+#: and every /v1 call needs the engine key (Settings.api_key).
+DEFAULT_ADDRESS = "0.0.0.0"  # noqa: S104
 DEFAULT_ENGINE_URL = "http://127.0.0.1:8000"
 DEFAULT_ADAPTER_DIR = "/models/adapters"
 #: Seconds one download connection or read may stall (the worker entrypoint's default).
@@ -56,6 +58,9 @@ class Settings:
     identity: str = ""
     issuer: str = ""
     fetch_timeout: float = DEFAULT_FETCH_TIMEOUT
+    api_key: str = dataclasses.field(default="", repr=False)
+    """The engine key (VLLM_API_KEY, the pool's Secret): callers of /v1/adapters must send it,
+    as the engine's own API requires it; "" takes calls without (a platform with no key)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -77,6 +82,7 @@ class Settings:
             identity=identity,
             issuer=issuer,
             fetch_timeout=float(env.get("TOKENFLEET_FETCH_TIMEOUT_SECONDS", "") or "30"),
+            api_key=env.get("VLLM_API_KEY", ""),
         )
 
 

@@ -1,6 +1,7 @@
 """``python3 -m tokenfleet.worker.adapters``: the adapter-loader sidecar of a worker pod.
 
-The gateway asks it (port ``adapters``, 8002) to load a tenant's LoRA adapter into the pod's
+The gateway asks it (port ``adapters``, 8002, with the engine key: every call but /healthz
+needs it) to load a tenant's LoRA adapter into the pod's
 engine; it fetches the files, verifies them with OpenSSF model-signing against its own trust
 mount, and only then calls the engine's ``/v1/load_lora_adapter`` on localhost (docs/adapters.md
 has the protocol). Stdlib HTTP on purpose: the worker image is vLLM's plus
@@ -11,6 +12,7 @@ This module is the HTTP shell: parse (adapter_plan) → act (adapter_loads.Loads
 
 from __future__ import annotations
 
+import hmac
 import http.server
 import json
 import logging
@@ -35,20 +37,34 @@ class Server(http.server.ThreadingHTTPServer):
     def __init__(self, settings: adapter_plan.Settings, loads: adapter_loads.Loads) -> None:
         super().__init__((settings.address, settings.port), Handler)
         self.loads = loads
+        self.authorization = f"Bearer {settings.api_key}".encode() if settings.api_key else b""
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
     server: Server
 
+    def _refused(self) -> bool:
+        """Answer 401 unless the request carries the engine key (only /healthz is open)."""
+        expected = self.server.authorization
+        given = (self.headers.get("Authorization") or "").encode()
+        if not expected or hmac.compare_digest(given, expected):
+            return False
+        self._send(Answer(status=401, body={"error": "the engine key is required"}))
+        return True
+
     def do_GET(self) -> None:
         if self.path == "/healthz":
             self._send_text(200, "ok")
+        elif self._refused():
+            return
         elif self.path == "/v1/adapters":
             self._send(self.server.loads.listing())
         else:
             self._send(Answer(status=404, body={"error": f"no such path {self.path}"}))
 
     def do_POST(self) -> None:
+        if self._refused():
+            return
         try:
             body = self._body()
             if self.path == "/v1/adapters/load":
@@ -98,7 +114,8 @@ def build(settings: adapter_plan.Settings) -> Server:
     files = adapter_files.AdapterFiles(
         directory=settings.adapter_dir, trust=trust, timeout=settings.fetch_timeout
     )
-    loads = adapter_loads.Loads(files=files, engine=engine_lora.Engine(url=settings.engine_url))
+    engine = engine_lora.Engine(url=settings.engine_url, key=settings.api_key)
+    loads = adapter_loads.Loads(files=files, engine=engine)
     return Server(settings, loads)
 
 

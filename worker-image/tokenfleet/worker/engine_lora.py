@@ -24,6 +24,8 @@ class Engine:
 
     url: str
     timeout: float = ENGINE_TIMEOUT_SECONDS
+    key: str = dataclasses.field(default="", repr=False)
+    """The engine key (vLLM's --api-key), sent as Authorization; "": none."""
 
     def names(self) -> frozenset[str]:
         """Every model id the engine serves now (the base model's names and its adapters)."""
@@ -43,7 +45,10 @@ class Engine:
             self.url + path,
             data=data,
             method=method,
-            headers={"Content-Type": "application/json"},
+            headers={
+                "Content-Type": "application/json",
+                **({"Authorization": f"Bearer {self.key}"} if self.key else {}),
+            },
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310

@@ -22,7 +22,7 @@ from typing import Any
 from tokenfleet.api import base, labels, quantity
 from tokenfleet.api.deployment import DEFAULT_IMAGES, ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.operator.plan import adapter_loader, cpu_workers
+from tokenfleet.operator.plan import adapter_loader, cpu_workers, isolation
 from tokenfleet.operator.policy import revisions
 
 Manifest = dict[str, Any]
@@ -47,12 +47,15 @@ MIN_STARTUP_SECONDS = 600
 # 5.5-12 s against a 4 s timeout, turning a saturated, healthy replica NotReady when it is
 # needed most. /metrics unreadable (another server) falls back to the completion. http.client,
 # not urllib.request: half the interpreter's start (0.3 s against 0.7 s on an idle core).
-# vLLM's image ships python3.
+# vLLM's image ships python3. The engine key (plan.isolation), when the pod has one, goes
+# with every request: vLLM refuses /v1 without it.
 _PROBE = (
-    "import http.client as h,json,re,sys,time\n"
+    "import http.client as h,json,os,re,sys,time\n"
+    f"k=os.environ.get('{isolation.KEY_ENV}')\n"
+    "H={'Content-Type':'application/json',**({'Authorization':'Bearer '+k} if k else {})}\n"
     "def g(path,body=None,t=2):\n"
     f" c=h.HTTPConnection('127.0.0.1:{HTTP_PORT}',timeout=t)\n"
-    " c.request('POST' if body else 'GET',path,body,{'Content-Type':'application/json'})\n"
+    " c.request('POST' if body else 'GET',path,body,H)\n"
     " r=c.getresponse();return r.status,r.read().decode()\n"
     "def m():\n"
     " try:t=g('/metrics')[1]\n"
@@ -269,8 +272,10 @@ def worker_deployment(
     zone: str,
     replicas: int,
     pod_annotations: Mapping[str, str] | None = None,
+    engine_key: bool = False,
 ) -> Manifest:
-    """The Deployment that runs ``replicas`` workers of ``model`` in one ``zone``."""
+    """The Deployment that runs ``replicas`` workers of ``model`` in one ``zone``;
+    ``engine_key``: its engine and sidecar serve behind the pool's key (plan.isolation)."""
     revision = revision_of(model)
     pod_labels = worker_labels(pool=pool_name, model=model.model.name, revision=revision, zone=zone)
     accel = pool.accelerator
@@ -279,12 +284,14 @@ def worker_deployment(
         selector[labels.GPU_PRODUCT] = accel.product
     image = model.engine.image or DEFAULT_IMAGES[accel.kind]
     args, device_env, resources = device_parts(pool_name=pool_name, pool=pool, model=model)
+    key_env = [isolation.key_env(pool_name)] if engine_key else []
     container = {
         "name": "vllm",
         "image": image,
         "args": args,
         "ports": [{"name": "http", "containerPort": HTTP_PORT}],
-        "env": artifact_env(model) + device_env,
+        "env": artifact_env(model) + device_env + key_env,
+        "securityContext": isolation.container_security(),
         # The entrypoint writes a refused verdict there; vLLM's own crashes fall back to logs.
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": resources,
@@ -306,7 +313,10 @@ def worker_deployment(
     )
     if adapter_loader.serves_adapters(model):
         container["env"] = [*container["env"], adapter_loader.RUNTIME_LORA_ENV]
-        containers.append(adapter_loader.container(model, image=image, engine_port=HTTP_PORT))
+        sidecar = adapter_loader.container(model, image=image, engine_port=HTTP_PORT)
+        sidecar["env"] = [*sidecar["env"], *key_env]
+        sidecar["securityContext"] = isolation.container_security()
+        containers.append(sidecar)
         volumes += adapter_loader.volumes(model)
     manifest: Manifest = {
         "apiVersion": "apps/v1",
@@ -331,6 +341,9 @@ def worker_deployment(
                     "nodeSelector": selector,
                     "tolerations": [t.to_wire() for t in accel.tolerations],
                     "terminationGracePeriodSeconds": grace_seconds(pool),
+                    # A worker never calls the API server: no token to steal from it.
+                    "automountServiceAccountToken": False,
+                    "securityContext": isolation.pod_security(),
                     "containers": containers,
                     "volumes": volumes,
                 },
@@ -384,6 +397,27 @@ def headless_service(*, namespace: str, pool_name: str, owner: Owner) -> Manifes
             },
         }
     )
+
+
+def network_policy(
+    *, namespace: str, pool_name: str, owner: Owner, peers: isolation.Peers
+) -> Manifest:
+    """Only the gateway (and scrapers, to /metrics) may open connections to the pool's workers."""
+    return stamped(
+        isolation.network_policy(
+            metadata=_pool_child_metadata(namespace, pool_name, owner),
+            workers=_pool_workers(pool_name),
+            peers=peers,
+            engine_port=HTTP_PORT,
+            sidecar_port=adapter_loader.PORT,
+        )
+    )
+
+
+def engine_key_secret(*, namespace: str, pool_name: str, owner: Owner, key: str) -> Manifest:
+    """The pool's copy of the engine key its workers serve behind."""
+    metadata = _pool_child_metadata(namespace, pool_name, owner)
+    return stamped(isolation.key_secret(metadata=metadata, pool_name=pool_name, key=key))
 
 
 def stamped(manifest: Manifest) -> Manifest:

@@ -9,6 +9,8 @@ the image that runs. A spec on GPU pools fits to exactly what it was before CPU 
 
 A spec that cannot run as written is a misfit, checked in this order::
 
+    ImageNotAllowed       engine.image is outside the operator's image policy: an image without
+                          TokenFleet's verify-first entrypoint would serve an unverified artifact
     MixedPoolDevices      pools of both kinds: one revision cannot carry both images and flags
     ImageDeviceMismatch   engine.image is named for the other device
     TensorParallelOnCpu · MemoryRequestTooSmall · ResourcesMissing
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from tokenfleet.api.deployment import DEFAULT_IMAGES, ModelDeploymentSpec
 from tokenfleet.api.pool import Device, InferencePoolSpec
@@ -36,6 +38,7 @@ from tokenfleet.operator.plan import cpu_workers, reporting
 #: Reasons of the misfits this module and plan.cpu_workers decide.
 REASONS = frozenset(
     {
+        "ImageNotAllowed",
         "MixedPoolDevices",
         "ImageDeviceMismatch",
         "TensorParallelOnCpu",
@@ -82,13 +85,37 @@ def image_device(image: str) -> Device | None:
     return None
 
 
-def fit(spec: ModelDeploymentSpec, *, pools: Mapping[str, InferencePoolSpec]) -> Fit:
-    """``spec`` fitted to ``pools``: the specs of its pools that exist, by name."""
+def repository(image: str) -> str:
+    """An image reference without its digest or tag: ``ghcr.io/a/b:t@sha256:…`` is
+    ``ghcr.io/a/b``."""
+    reference = image.split("@", 1)[0]
+    head, _, last = reference.rpartition("/")
+    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
+
+
+def image_allowed(image: str, allowed: Sequence[str]) -> bool:
+    """Whether ``image``'s repository is one of ``allowed``, or below one ending in ``/``."""
+    repo = repository(image)
+    return any(repo == a or (a.endswith("/") and repo.startswith(a)) for a in allowed)
+
+
+def fit(
+    spec: ModelDeploymentSpec,
+    *,
+    pools: Mapping[str, InferencePoolSpec],
+    allowed_images: Sequence[str] | None = None,
+) -> Fit:
+    """``spec`` fitted to ``pools``: the specs of its pools that exist, by name;
+    ``allowed_images``: the image policy (None: any image, for callers that check elsewhere)."""
     devices = {name: pools[name].accelerator.kind for name in spec.pools if name in pools}
     device: Device = next(iter(devices.values()), "GPU")
     image = spec.engine.image or DEFAULT_IMAGES[device]
     fitted = spec.model_copy(update={"engine": spec.engine.model_copy(update={"image": image})})
-    misfit = _mixed(devices) or _image_misfit(image, device, devices, spec.engine.image is None)
+    misfit = (
+        _not_allowed(image, allowed_images)
+        or _mixed(devices)
+        or _image_misfit(image, device, devices, spec.engine.image is None)
+    )
     if misfit is not None:
         return Fit(spec=fitted, device=device, misfit=misfit)
     sized: list[str] = []
@@ -100,6 +127,18 @@ def fit(spec: ModelDeploymentSpec, *, pools: Mapping[str, InferencePoolSpec]) ->
     where = f" ({_pools(devices)})" if devices else ""
     summary = "; ".join([f"runs on {device} nodes{where} with image {image}", *sized])
     return Fit(spec=fitted, device=device, summary=summary)
+
+
+def _not_allowed(image: str, allowed: Sequence[str] | None) -> cpu_workers.Misfit | None:
+    if allowed is None or image_allowed(image, allowed):
+        return None
+    return cpu_workers.Misfit(
+        reason="ImageNotAllowed",
+        message=f"engine.image {image} is not among the images this cluster allows "
+        f"({', '.join(allowed)}): only images with TokenFleet's verify-first entrypoint may "
+        "serve, as any other would start its engine without verifying the artifact; remove "
+        "engine.image, or ask the platform team to allow the repository",
+    )
 
 
 def _mixed(devices: Mapping[str, Device]) -> cpu_workers.Misfit | None:

@@ -75,6 +75,9 @@ class ModelInputs:
     #: the spec fitted to its pools (``spec`` is its fitted spec); None: not judged (no
     #: Compatible condition)
     fit: devices.Fit | None = None
+    #: the image policy (plan.devices.image_allowed): a Ready pod counts as verified only when
+    #: its image carries the verify-first entrypoint; None: every image does (unit tests)
+    allowed_images: Sequence[str] | None = None
 
 
 def _availability(inputs: ModelInputs, ready: int) -> tuple[Phase, bool, str, str]:
@@ -139,10 +142,13 @@ def _revision_entry(
         before = Revision(name=name, digest=before.digest)
     ready = _ready(inputs.pods, name)
     seen = canary.verdict_of(inputs.pods, name)
+    vouched = _vouched(inputs, name)
     if seen is not None:
         verified, reason, signer = seen.verified, str(seen.reason), seen.signer
-    elif ready:
+    elif vouched:
         verified, reason, signer = True, "Verified", before.signer
+    elif ready:  # Ready, but its image has no entrypoint that verifies: no verdict at all
+        verified, reason, signer = False, NO_VERDICT, ""
     else:
         verified, reason, signer = before.verified, before.reason, before.signer
     current = name == desired.revision_of(inputs.spec)
@@ -158,11 +164,27 @@ def _revision_entry(
     )
 
 
+def _vouched(inputs: ModelInputs, revision: str) -> int:
+    """Ready workers of ``revision`` whose image verifies before it serves (the policy's)."""
+    allowed = inputs.allowed_images
+    return sum(
+        1
+        for p in inputs.pods
+        if p.revision == revision
+        and p.ready
+        and not p.terminating
+        and (allowed is None or devices.image_allowed(p.image, allowed))
+    )
+
+
 def _ready(pods: Sequence[observed.WorkerPod], revision: str) -> int:
     return sum(1 for p in pods if p.revision == revision and p.ready and not p.terminating)
 
 
 Verdict = tuple[bool, str, str]  # condition status, reason, message
+
+#: A revision whose Ready pods run an image outside the image policy: nothing verified it.
+NO_VERDICT = "NoVerdict"
 
 
 def _verified(inputs: ModelInputs, state: rollout.State, entries: Sequence[Revision]) -> Verdict:

@@ -39,6 +39,9 @@ class WorkerPod:
     #: The trust fingerprint a re-verification restarted it for (tokenfleet.io/trust-
     #: fingerprint, from its template); "" for a pod no such restart made.
     trust: str = ""
+    #: Its engine container's image (the container named vllm): only an image with the
+    #: verify-first entrypoint makes Ready mean "verified" (plan.model_status).
+    image: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +96,14 @@ def worker_pod(obj: Mapping[str, Any]) -> WorkerPod:
             "controller.kubernetes.io/pod-deletion-cost", ""
         ),
         trust=str((meta.get("annotations") or {}).get(labels.TRUST_FINGERPRINT, "")),
+        image=next(
+            (
+                str(c.get("image", ""))
+                for c in obj.get("spec", {}).get("containers", []) or []
+                if c.get("name") == "vllm"
+            ),
+            "",
+        ),
     )
 
 

@@ -25,7 +25,14 @@ from tokenfleet.api.pool import (
     ScalingDecision,
     ZoneStatus,
 )
-from tokenfleet.operator.plan import canary, cpu_workers, desired, observed, reporting
+from tokenfleet.operator.plan import (
+    canary,
+    cpu_workers,
+    desired,
+    isolation,
+    observed,
+    reporting,
+)
 from tokenfleet.operator.plan.reporting import Event, condition
 from tokenfleet.operator.policy import placement, signal_health, zones
 
@@ -55,6 +62,10 @@ class PoolInputs:
     model_status: ModelDeploymentStatus | None = None  # where the model's rollout stands
     #: why ``model`` cannot run on its pools as written (plan.devices); None: it fits
     misfit: cpu_workers.Misfit | None = None
+    #: who may connect to the workers (a NetworkPolicy); None: no policy rendered
+    peers: isolation.Peers | None = None
+    #: the key the engines serve behind (the gateway holds it); "": none (no --api-key)
+    engine_key: str = dataclasses.field(default="", repr=False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,6 +77,23 @@ class PoolPlan:
     scale: dict[str, int]  # worker Deployment name → replicas (the kept revision's, mid-rollout)
     status: InferencePoolStatus
     events: list[Event]
+
+
+def _isolation(inputs: PoolInputs, owner: desired.Owner) -> list[desired.Manifest]:
+    """The pool's NetworkPolicy and engine-key Secret, when configured (plan.isolation)."""
+    ns, name = inputs.namespace, inputs.name
+    out = []
+    if inputs.peers is not None:
+        out.append(
+            desired.network_policy(namespace=ns, pool_name=name, owner=owner, peers=inputs.peers)
+        )
+    if inputs.engine_key:
+        out.append(
+            desired.engine_key_secret(
+                namespace=ns, pool_name=name, owner=owner, key=inputs.engine_key
+            )
+        )
+    return out
 
 
 def plan_pool(inputs: PoolInputs) -> PoolPlan:
@@ -81,6 +109,7 @@ def plan_pool(inputs: PoolInputs) -> PoolPlan:
     common = [
         desired.disruption_budget(namespace=inputs.namespace, pool_name=inputs.name, owner=owner),
         desired.headless_service(namespace=inputs.namespace, pool_name=inputs.name, owner=owner),
+        *_isolation(inputs, owner),
     ]
     revision = desired.revision_of(inputs.model) if inputs.model else ""
     running = (
@@ -223,6 +252,7 @@ def _workers(
             pod_annotations={
                 k: v for k, v in inputs.model_annotations.items() if k.startswith(labels.SIM_PREFIX)
             },
+            engine_key=bool(inputs.engine_key),
         )
         for zone, count in sorted(step.items())
         if count > 0

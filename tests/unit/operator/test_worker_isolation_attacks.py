@@ -1,0 +1,324 @@
+"""Attacks on a worker from inside the cluster and from a ModelDeployment's author (issue #35,
+findings 1 and 5; docs/security-cluster.md lists each promise with its test here).
+
+Matrix: a pool's rendered children (NetworkPolicy admits only the gateway and the scrapers,
+the engine key Secret, the worker and sidecar containers serving behind it) × the worker pod's
+privileges (user, capabilities, escalation, seccomp, token) × the readiness probe against an
+engine that requires the key × the image policy (a spec naming an image without the verify-first
+entrypoint is held, and Ready pods of such an image are never Verified) × the engine flags a
+spec may not pass (each refused by pydantic and by the CRD's CEL rule, dash and underscore and
+``=value`` spellings alike).
+"""
+
+from __future__ import annotations
+
+import datetime
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from tokenfleet.api import crd, engine_args, labels
+from tokenfleet.api.deployment import ModelDeploymentSpec
+from tokenfleet.api.pool import InferencePoolSpec
+from tokenfleet.operator.plan import (
+    adapter_loader,
+    desired,
+    devices,
+    isolation,
+    model_status,
+    observed,
+    pools,
+)
+
+NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
+ZONES = ("zone-a",)
+POOL = InferencePoolSpec.model_validate(
+    {"accelerator": {"product": "H100"}, "zones": {"names": list(ZONES)}, "replicas": {"min": 1}}
+)
+MODEL = ModelDeploymentSpec.model_validate(
+    {
+        "model": {"name": "m"},
+        "pools": ["p"],
+        "artifact": {
+            "uri": "file:///m",
+            "digest": "sha256:" + "c" * 64,
+            "trust": {"publicKey": {"name": "k"}},
+        },
+    }
+)
+REVISION = desired.revision_of(MODEL)
+
+
+def inputs(**overrides: Any) -> pools.PoolInputs:
+    node = observed.NodeRecord(
+        name="n",
+        ready=True,
+        allocatable={labels.GPU_RESOURCE: "8"},
+        labels={labels.TOPOLOGY_ZONE: "zone-a", labels.GPU_PRODUCT: "H100"},
+    )
+    base: dict[str, Any] = dict(
+        namespace="ns",
+        name="p",
+        uid="u1",
+        generation=1,
+        spec=POOL,
+        status=None,
+        model=MODEL,
+        rival_models=[],
+        pods=[],
+        sets=[],
+        nodes=[node],
+        now=NOW,
+    )
+    return pools.PoolInputs(**{**base, **overrides})
+
+
+def model_inputs(**overrides: Any) -> model_status.ModelInputs:
+    base: dict[str, Any] = dict(
+        namespace="ns",
+        name="md",
+        generation=1,
+        spec=MODEL,
+        status=None,
+        existing_pools=frozenset({"p"}),
+        pool_owner={"p": "md"},
+        pods=[],
+        now=NOW,
+    )
+    return model_status.ModelInputs(**{**base, **overrides})
+
+
+KEY = "engine-key-0123456789abcdef"
+PEERS = isolation.Peers(gateway_namespace="tokenfleet-system", scraper_namespaces=("monitoring",))
+LORA_MODEL = ModelDeploymentSpec.model_validate(
+    {**MODEL.model_dump(by_alias=True, exclude_none=True), "adapters": {}}
+    | {"engine": {"lora": {"maxLoras": 2}}}
+)
+
+
+def applied(**overrides: Any) -> dict[str, list[dict[str, Any]]]:
+    plan = pools.plan_pool(inputs(peers=PEERS, engine_key=KEY, **overrides))
+    out: dict[str, list[dict[str, Any]]] = {}
+    for manifest in plan.apply:
+        out.setdefault(manifest["kind"], []).append(manifest)
+    return out
+
+
+def pod_spec(**overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = applied(**overrides)["Deployment"][0]["spec"]["template"]["spec"]
+    return spec
+
+
+# --- finding 1: nothing but the gateway reaches a worker ---------------------------------------
+
+
+def test_each_pool_admits_only_the_gateway_to_its_workers() -> None:
+    (policy,) = applied()["NetworkPolicy"]
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"] == {
+        labels.POOL: "p",
+        labels.ROLE: labels.ROLE_WORKER,
+    }
+    assert spec["policyTypes"] == ["Ingress"]
+    gateway, scrapers = spec["ingress"]
+    assert gateway["from"] == [
+        {
+            "namespaceSelector": {
+                "matchLabels": {labels.NAMESPACE_NAME: "tokenfleet-system"},
+            },
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "tokenfleet-gateway"}},
+        }
+    ]
+    assert sorted(p["port"] for p in gateway["ports"]) == [
+        desired.HTTP_PORT,
+        adapter_loader.PORT,
+    ]
+    # Prometheus reads /metrics on the engine port, never the sidecar's, and only that port.
+    assert scrapers == {
+        "from": [{"namespaceSelector": {"matchLabels": {labels.NAMESPACE_NAME: "monitoring"}}}],
+        "ports": [{"protocol": "TCP", "port": desired.HTTP_PORT}],
+    }
+    assert policy["metadata"]["ownerReferences"][0]["kind"] == "InferencePool"
+
+
+def test_the_engine_serves_behind_the_pool_key() -> None:
+    children = applied(model=LORA_MODEL)
+    (secret,) = children["Secret"]
+    assert secret["metadata"]["name"] == "p-engine-key"
+    assert secret["metadata"]["ownerReferences"][0]["name"] == "p"
+    containers = {c["name"]: c for c in pod_spec(model=LORA_MODEL)["containers"]}
+    want = {
+        "name": "VLLM_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "p-engine-key", "key": "key"}},
+    }
+    for name in ("vllm", adapter_loader.CONTAINER):
+        assert want in containers[name]["env"], name
+        # never as an argument: arguments show in ps and in the Deployment's spec
+        assert KEY not in str(containers[name].get("args", [])), name
+
+
+class _KeyedEngine(http.server.BaseHTTPRequestHandler):
+    """vLLM with --api-key: /v1 needs the Bearer key, /metrics does not."""
+
+    def do_GET(self) -> None:
+        self._answer(200, b"")  # /metrics, empty: an idle engine
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        good = self.headers.get("Authorization") == f"Bearer {KEY}"
+        self._answer(200 if good else 401, b"{}")
+
+    def _answer(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def keyed_engine() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeyedEngine)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("env", "ready"),
+    [
+        pytest.param({"VLLM_API_KEY": KEY}, True, id="with-the-pod-key"),
+        pytest.param({}, False, id="without-a-key"),
+    ],
+)
+def test_the_readiness_probe_sends_the_engine_key(
+    keyed_engine: int, env: dict[str, str], ready: bool
+) -> None:
+    probe = pod_spec()["containers"][0]["readinessProbe"]["exec"]["command"]
+    script = probe[2].replace(f"127.0.0.1:{desired.HTTP_PORT}", f"127.0.0.1:{keyed_engine}")
+    clean = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, probe[3]], env={**clean, **env}, timeout=30, check=False
+    )
+    assert (done.returncode == 0) is ready
+
+
+# --- finding 5: the worker holds no more privilege than serving needs --------------------------
+
+
+def test_worker_pods_run_unprivileged_without_a_token() -> None:
+    spec = pod_spec(model=LORA_MODEL)
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] != 0
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in spec["containers"]:
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False, container["name"]
+        assert context["capabilities"] == {"drop": ["ALL"]}, container["name"]
+        assert context["runAsNonRoot"] is True, container["name"]
+
+
+# --- finding 5: an image without the verify-first entrypoint never serves, never Verified ------
+
+ALLOWED = ("ghcr.io/tokenfleet/worker", "localhost/tokenfleet-worker-sim")
+
+
+def with_image(image: str) -> ModelDeploymentSpec:
+    return MODEL.model_copy(update={"engine": MODEL.engine.model_copy(update={"image": image})})
+
+
+@pytest.mark.parametrize(
+    ("image", "held"),
+    [
+        pytest.param(None, False, id="default-image"),
+        pytest.param("ghcr.io/tokenfleet/worker:vllm-v0.34.0", False, id="own-repository"),
+        pytest.param("localhost/tokenfleet-worker-sim:abc@sha256:" + "1" * 64, False, id="digest"),
+        pytest.param("vllm/vllm-openai:v0.33.0", True, id="plain-vllm"),
+        pytest.param("ghcr.io/tokenfleet/worker-evil:vllm-v0.33.0", True, id="lookalike"),
+        pytest.param("evil.io/ghcr.io/tokenfleet/worker:x", True, id="nested-lookalike"),
+    ],
+)
+def test_images_outside_the_policy_are_held(image: str | None, held: bool) -> None:
+    fit = devices.fit(
+        with_image(image) if image else MODEL, pools={"p": POOL}, allowed_images=ALLOWED
+    )
+    assert (fit.misfit is not None and fit.misfit.reason == "ImageNotAllowed") is held
+
+
+def _pods(image: str) -> list[observed.WorkerPod]:
+    pod = {
+        "metadata": {"name": "w", "labels": {labels.REVISION: REVISION, labels.ZONE: "zone-a"}},
+        "spec": {"containers": [{"name": "vllm", "image": image}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    return [observed.worker_pod(pod)]
+
+
+@pytest.mark.parametrize(
+    ("image", "verified"),
+    [
+        pytest.param("ghcr.io/tokenfleet/worker:vllm-v0.33.0", True, id="entrypoint-image"),
+        pytest.param("vllm/vllm-openai:v0.33.0", False, id="no-entrypoint-never-verified"),
+    ],
+)
+def test_verified_needs_an_image_that_verifies(image: str, verified: bool) -> None:
+    status, _ = model_status.plan_model(model_inputs(pods=_pods(image), allowed_images=ALLOWED))
+    condition = next(c for c in status.conditions if c.type == "Verified")
+    assert (condition.status == "True") is verified
+    entry = next(r for r in status.revisions if r.name == REVISION)
+    assert entry.verified is verified
+
+
+# --- finding 5: extraArgs cannot widen the engine's reach --------------------------------------
+
+REFUSED_SPELLINGS = [
+    ["--allowed-local-media-path", "/"],
+    ["--allowed_local_media_path=/"],
+    ["--host", "0.0.0.0"],
+    ["--api-key=mine"],
+    ["--enable-lora-bias"],
+    ["--lora-modules", "x=/tmp/x"],
+    ["--middleware", "evil.Middleware"],
+    ["--Enable-Log-Requests"],
+]
+
+
+@pytest.mark.parametrize("args", REFUSED_SPELLINGS, ids=lambda a: a[0].lstrip("-"))
+def test_extra_args_that_widen_reach_are_refused(args: list[str]) -> None:
+    body = MODEL.model_dump(by_alias=True, exclude_none=True)
+    body["engine"]["extraArgs"] = ["--seed", "1", *args]
+    with pytest.raises(ValidationError, match="extraArgs may not set"):
+        ModelDeploymentSpec.model_validate(body)
+
+
+def test_the_crd_carries_the_same_refusal() -> None:
+    rendered = yaml.safe_load(crd.render_files()["tokenfleet.io_modeldeployments.yaml"])
+    schema = rendered["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    extra = schema["properties"]["spec"]["properties"]["engine"]["properties"]["extraArgs"]
+    (rule,) = extra["items"]["x-kubernetes-validations"]
+    assert rule["rule"] == f"!{engine_args.cel_refused('self')}"
+    assert rule["reason"] == "FieldValueForbidden"
+    assert extra["maxItems"] == 64  # CEL's cost estimate needs bounded lists and strings
+    assert extra["items"]["maxLength"] == 1024
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--seed", "1"], ["--hostname-like-but-not"], ["--enable-lora"], ["--max-logprobs=5"]],
+    ids=lambda a: a[0].lstrip("-"),
+)
+def test_ordinary_extra_args_pass(args: list[str]) -> None:
+    body = MODEL.model_dump(by_alias=True, exclude_none=True)
+    body["engine"]["extraArgs"] = args
+    assert ModelDeploymentSpec.model_validate(body).engine.extra_args == args
