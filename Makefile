@@ -140,6 +140,7 @@ bench: $(VENV)/.installed binaries native $(PEERS)/.installed $(CLIENTS)/.instal
 	$(PY) bench/routing.py
 	$(PY) bench/slot_sharing.py
 	$(PY) bench/autoscaling.py
+	$(PY) bench/preemptions.py
 	$(PY) bench/simulator.py
 	$(PY) bench/sim_accuracy.py
 	$(PY) bench/response_cache.py

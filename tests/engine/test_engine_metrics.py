@@ -58,6 +58,10 @@ TYPES = {
     vllm.PROMPT_TOKENS: "counter",
     vllm.GENERATION_TOKENS: "counter",
     vllm.PREEMPTIONS: "counter",
+    vllm.PREFILL_TIME: "histogram",
+    vllm.DECODE_TIME: "histogram",
+    vllm.ITERATION_TOKENS: "histogram",
+    vllm.WAITING_BY_REASON: "gauge",
     vllm.REQUEST_SUCCESS: "counter",
     vllm.LORA_REQUESTS_INFO: "gauge",
 }

@@ -91,7 +91,7 @@ def test_the_monitoring_switch_installs_the_objects_monitoring_renders(helm: Any
         for d in docs
         if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"]["labels"]
     ]
-    assert len(rules) == 1 and len(boards) == 4
+    assert len(rules) == 1 and len(boards) == 5
     for d in [*monitors.values(), *rules, *boards]:
         assert d["metadata"]["namespace"] == "mon" and d["metadata"]["labels"]["release"] == "kps"
     operator = next(

@@ -88,12 +88,12 @@ def monitoring_objects(docs: list[dict[str, Any]]) -> dict[str, set[str]]:
 def test_the_monitoring_objects_follow_the_switch_and_the_api(
     tmp_path: Path, args: list[str], on: bool
 ) -> None:
-    """On: the three PodMonitors, the PrometheusRule and the four dashboards; off: none."""
+    """On: the three PodMonitors, the PrometheusRule and the five dashboards; off: none."""
     found = monitoring_objects(rendered(tmp_path, *args))
     if on:
         assert found["PodMonitor"] == MONITORS
         assert found["PrometheusRule"] == {"tokenfleet"}
-        assert len(found["ConfigMap"]) == 4
+        assert len(found["ConfigMap"]) == 5
     else:
         assert found == {}
 

@@ -95,6 +95,11 @@ def arrival_rate(namespace: str, pool: str, window: str = "1m") -> str:
     return f'sum(rate({gateway.POOL_ARRIVALS}{{pool="{namespace}/{pool}"}}[{window}]))'
 
 
+def preemption_rate(namespace: str, pool: str, window: str = "1m") -> str:
+    """Requests per second the pool's engines preempted (evicted for want of KV-cache blocks)."""
+    return _either_rate(vllm.PREEMPTIONS, _selector(namespace, pool), window)
+
+
 def completion_rate(namespace: str, pool: str, window: str = "1m") -> str:
     """Requests per second the pool's engines finished."""
     return _either_rate(vllm.REQUEST_SUCCESS, _selector(namespace, pool), window)

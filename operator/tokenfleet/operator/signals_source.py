@@ -63,6 +63,7 @@ class PrometheusSignals:
                 arrival_rate=self._value(queries.arrival_rate(namespace, pool)),
                 completion_rate=self._value(queries.completion_rate(namespace, pool)),
                 refusal_rate=self._value(queries.refusal_rate(namespace, pool, queue_classes)),
+                preemption_rate=self._value(queries.preemption_rate(namespace, pool)),
             )
         except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
             log.warning("prometheus at %s unreadable for %s/%s: %s", self.url, namespace, pool, exc)

@@ -1,5 +1,6 @@
-"""The scaling decision as a table: each signal alone (shedding at the gateway included), ties,
-windows, step limits, starting credit, missing and stale metrics, schedules, panic, min/max."""
+"""The scaling decision as a table: each signal alone (shedding at the gateway and the engines'
+preemptions included), ties, windows, step limits, starting credit, missing and stale metrics,
+schedules, panic, min/max."""
 
 from __future__ import annotations
 
@@ -80,6 +81,60 @@ CASES = [
     ),
     case("kv-over-target", 6, Why.KV_CACHE, replicas=5, signals=Signals(kv_cache_usage=0.96)),
     case("kv-at-target-holds", 5, Why.KV_CACHE, replicas=5, signals=Signals(kv_cache_usage=0.8)),
+    # preemptions: the KV cache proven too small while the mean usage reads at or under target
+    case(
+        "preempting-engines-add-one-over-ready-though-kv-reads-under-target",
+        5,
+        Why.PREEMPTIONS,
+        signals=Signals(kv_cache_usage=0.75, preemption_rate=0.5),
+    ),
+    case(
+        "preempting-engines-packed-to-a-high-kv-target-still-add-one",
+        5,
+        Why.PREEMPTIONS,
+        signals=Signals(kv_cache_usage=0.93, preemption_rate=0.5),
+        target_kv_cache_usage=0.95,
+    ),
+    case(
+        "kv-under-target-without-preemptions-holds",
+        4,
+        Why.KV_CACHE,
+        signals=Signals(kv_cache_usage=0.7, preemption_rate=0.0),
+    ),
+    case(
+        "preemptions-under-the-floor-say-nothing",
+        4,
+        Why.KV_CACHE,
+        signals=Signals(kv_cache_usage=0.7, preemption_rate=0.01),
+    ),
+    case(
+        "engines-without-the-counter-decide-as-before",
+        4,
+        Why.KV_CACHE,
+        signals=Signals(kv_cache_usage=0.7),
+    ),
+    case(
+        "kv-over-target-outbids-preemptions",
+        7,
+        Why.KV_CACHE,
+        replicas=5,
+        signals=Signals(kv_cache_usage=1.0, preemption_rate=0.5),
+    ),
+    case(
+        "preemptions-ask-nothing-more-while-the-extra-replica-starts",
+        5,
+        Why.PREEMPTIONS,
+        replicas=5,
+        ready=4,
+        starting=1,
+        signals=Signals(kv_cache_usage=0.75, preemption_rate=0.5),
+    ),
+    case(
+        "preemptions-without-kv-pressure-say-nothing",
+        3,
+        Why.KV_CACHE,
+        signals=Signals(kv_cache_usage=0.5, preemption_rate=0.5),
+    ),
     case(
         "kv-under-stabilized-by-recent-high",
         8,

@@ -4,7 +4,9 @@ Each signal recommends a replica count against the capacity that is *ready* (so 
 starting are credited, not re-requested): queue age over its target scales up in proportion,
 so does the share of offered load the gateways refused (admission sheds what it cannot start
 in time, so a saturated pool may show no queue at all), KV-cache usage and waiting requests
-scale both ways. The highest recommendation wins. Going up,
+scale both ways, and engines preempting requests while their KV usage reads near its target
+ask for one replica more than ready (the cache is proven too small, though the bounded gauge
+cannot say by how much). The highest recommendation wins. Going up,
 the lowest recommendation of the short up-window wins (a lone spike adds nothing) unless the
 queue is in panic (age past a multiple of its target); going down, the highest of the long
 down-window wins. Then step limits, scheduled bounds (known events) and min/max. Missing or
@@ -32,6 +34,7 @@ class Why(enum.StrEnum):
     OFFERED_LOAD = "OfferedLoad"
     SHEDDING = "Shedding"
     KV_CACHE = "KVCacheUsage"
+    PREEMPTIONS = "Preemptions"
     WAITING = "WaitingRequests"
     PANIC = "QueuePanic"
     STARTING_ABSORB = "StartingReplicasAbsorb"
@@ -145,6 +148,7 @@ class Signals:
     arrival_rate: float | None = None  # requests/s offered to the pool's gateways (all classes)
     completion_rate: float | None = None  # requests/s the pool's engines finished
     refusal_rate: float | None = None  # requests/s the gateways' admission refused (shed)
+    preemption_rate: float | None = None  # requests/s the pool's engines preempted (KV full)
     stale: bool = False  # a series stopped updating
 
 
@@ -197,12 +201,21 @@ def queue_age_classes(configured: Sequence[str], classes: Sequence[tuple[str, in
 
 #: Signals that measure a backlog (an integral of past shortfall): they keep growing while new
 #: replicas load, so they cannot see capacity that is still starting.
-BACKLOG = (Why.QUEUE_AGE, Why.QUEUE_WAIT, Why.WAITING, Why.SHEDDING)
+BACKLOG = (Why.QUEUE_AGE, Why.QUEUE_WAIT, Why.WAITING, Why.SHEDDING, Why.PREEMPTIONS)
 #: Arrivals above completions by more than this share mean the pool is saturated.
 SATURATED = 1.05
 #: Refusals per second below this are noise (a client's stray request past its deadline), not a
 #: pool turning load away: about one every 20 s.
 SHED_FLOOR = 0.05
+#: Preemptions per second from which the engines count as out of KV cache: more than one a minute
+#: in the 1-minute rate (a lone preemption in a burst is left to the up-window's damping).
+PREEMPTION_FLOOR = 0.02
+#: Preemptions count only while the mean KV usage reads at least this share of its target: KV
+#: pressure, not the tail of a thrash the pool already grew out of (the 1-minute rate lags a
+#: cold start). bench/preemptions.py: without it the signal added 1-2 engines for nothing after
+#: every step; with it, it changes only the run where the KV signal was blind (target 0.95) and
+#: adds one engine for nothing after the largest step.
+KV_PRESSURE = 0.9
 
 
 def recommend(policy: Policy, signals: Signals, ready: int) -> dict[Why, int]:
@@ -246,9 +259,26 @@ def recommend(policy: Policy, signals: Signals, ready: int) -> dict[Why, int]:
         out[Why.KV_CACHE] = math.ceil(
             base * signals.kv_cache_usage / policy.target_kv_cache_usage - 1e-9
         )
+    if _kv_pressure(policy, signals):
+        # vLLM preempts only when a running request finds no free KV block: the cache is too
+        # small for the batch even when the mean usage reads at or under target (a target near
+        # 1 packs engines so tight the bounded gauge can never ask for more; one hot engine
+        # among cool ones; blocks freed in lumps by each eviction). It adds the replica the
+        # usage cannot ask for; without the counter it says nothing (no evidence either way).
+        out[Why.PREEMPTIONS] = base + 1
     if signals.waiting is not None:
         out[Why.WAITING] = math.ceil(signals.waiting / policy.target_waiting_per_replica - 1e-9)
     return out
+
+
+def _kv_pressure(policy: Policy, signals: Signals) -> bool:
+    """Engines preempting (above the floor) while their KV cache reads near its target."""
+    usage = signals.kv_cache_usage
+    return (
+        (signals.preemption_rate or 0) >= PREEMPTION_FLOOR
+        and usage is not None
+        and usage >= KV_PRESSURE * policy.target_kv_cache_usage
+    )
 
 
 def _shedding(signals: Signals, ready: int) -> int | None:
