@@ -122,6 +122,7 @@ def serve(settings: Settings, source: StaticConfig | Configuration) -> None:
         access_log=None,
         handler_cancellation=True,
         shutdown_timeout=settings.drain_seconds,
+        keepalive_timeout=settings.header_timeout_seconds,  # also bounds a first request's headers
         print=None,
         loop=uvloop.new_event_loop(),
     )

@@ -51,6 +51,14 @@ class Settings:
     max_body_bytes: int = 4 * 1024 * 1024
     body_timeout_seconds: float = 30.0
     """A client slower than this to send its body gets 408 (slowloris)."""
+    header_timeout_seconds: float = 15.0
+    """A connection's request line and headers must arrive within this many seconds of its
+    opening (or of its previous answer, on a kept-alive connection), else it is closed: a
+    slow-header client (slowloris) holds a socket no longer (aiohttp's default is 75 s). SDK
+    clients send a request's headers in one write, and drop idle connections after 5-60 s."""
+    write_stall_seconds: float = 30.0
+    """A client whose connection accepts nothing for this long has left: its request is
+    cancelled and the engine's slot freed, whatever the request's deadline."""
     upstream_connect_seconds: float = 5.0
     drain_seconds: float = 30.0
     """Graceful shutdown: how long in-flight streams may finish."""
@@ -105,6 +113,10 @@ class Settings:
             else "open",
             expected_replicas=int(os.environ.get("TOKENFLEET_GATEWAY_REPLICAS", "1")),
             salt_secret=secret,
+            header_timeout_seconds=float(
+                os.environ.get("TOKENFLEET_HEADER_TIMEOUT_SECONDS") or 15.0
+            ),
+            write_stall_seconds=float(os.environ.get("TOKENFLEET_WRITE_STALL_SECONDS") or 30.0),
             zone=os.environ.get("TOKENFLEET_ZONE", ""),
             fair_queuing=os.environ.get("TOKENFLEET_FAIR_QUEUING", "1").strip().lower()
             not in ("0", "false", "no", "off"),
