@@ -54,6 +54,18 @@ def _parser() -> argparse.ArgumentParser:
         default=30.0,
         help="seconds a client may take to send its body before 408",
     )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=float(os.environ.get("TOKENFLEET_HEADER_TIMEOUT_SECONDS") or 15.0),
+        help="seconds a connection may take to send a request's headers (slowloris)",
+    )
+    p.add_argument(
+        "--write-stall",
+        type=float,
+        default=float(os.environ.get("TOKENFLEET_WRITE_STALL_SECONDS") or 30.0),
+        help="seconds a client may read nothing of its answer before it counts as gone",
+    )
     p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     p.add_argument("--no-access-log", action="store_true")
     p.add_argument(
@@ -173,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         expected_replicas=args.replicas,
         access_log=not args.no_access_log,
         body_timeout_seconds=args.body_timeout,
+        header_timeout_seconds=args.header_timeout,
+        write_stall_seconds=args.write_stall,
         max_body_bytes=args.max_body_bytes,
         zone=args.zone,
         max_attempts=max(1, args.max_attempts),
