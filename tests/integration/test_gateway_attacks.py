@@ -4,6 +4,9 @@ seen failing on the code before its fix:
 - a slow-header client (slowloris) is disconnected once its headers take longer than the header
   timeout, instead of holding a connection for aiohttp's default hour;
 - a slow-body client gets 408 within the body timeout and holds no admission slot;
+- sixteen 4 MiB bodies of tiny JSON values sent at once do not grow the process by more than
+  200 MiB: each is counted before it is parsed (413), and a tenant's bodies in flight are
+  bounded (429);
 - a client that opens a stream with a one-hour deadline and never reads it does not pin the
   engine's slot: the gateway gives up after the write-stall timeout and closes the engine's
   connection (what makes vLLM abort the request);
@@ -19,12 +22,15 @@ simulator cannot serve a malformed metrics page, nor a stream that never ends.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import http.client
 import http.server
 import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -222,6 +228,39 @@ def test_an_unread_stream_does_not_pin_the_engine(gateway: Gateway, engine: Engi
         assert engine.streams_closed > before, "the engine's stream is still held open"
     finally:
         sock.close()
+
+
+def dense_body(size: int = 4 * 1024 * 1024 - 1024) -> bytes:
+    """A valid chat with a pass-through field of tiny values: ~24× its bytes once parsed."""
+    head = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":4,"x":['
+    return head + b"{}," * ((size - len(head)) // 3) + b"{}]}"
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_concurrent_dense_bodies_do_not_exhaust_memory(gateway: Gateway) -> None:
+    """Old: each 4 MiB body became ~96 MiB of objects before any limit; 16 at once took the
+    process from ~70 MiB to ~1.3 GiB (bench/intake_memory.py). Now each is counted before it is
+    parsed (413), and the bodies a tenant may hold in flight are bounded (429)."""
+    payload, started = dense_body(), peak_rss_mib(gateway.process.pid)
+
+    def send(_: int) -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=60)
+        headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+        conn.request("POST", "/v1/chat/completions", body=payload, headers=headers)
+        return conn.getresponse().status
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        statuses = list(pool.map(send, range(16)))
+    assert set(statuses) <= {413, 429}, statuses
+    assert 413 in statuses
+    grown = peak_rss_mib(gateway.process.pid) - started
+    assert grown < 200, f"the gateway grew by {grown:.0f} MiB"
 
 
 def test_malformed_metrics_pages_do_not_stop_the_scraper(engine: Engine, gateway: Gateway) -> None:

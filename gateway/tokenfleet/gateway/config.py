@@ -24,7 +24,7 @@ from tokenfleet.api.pool import Admission, Cost, InferencePoolSpec, Routing
 from tokenfleet.api.route import ModelRouteSpec
 from tokenfleet.api.tenant import TenantSpec
 from tokenfleet.gateway import adapter_catalog, catalog, route_catalog
-from tokenfleet.gateway.policy import adapter_access
+from tokenfleet.gateway.policy import adapter_access, intake_cost
 from tokenfleet.gateway.policy.admission import ClassPolicy
 from tokenfleet.gateway.policy.routing import Endpoint, Snapshot
 from tokenfleet.gateway.policy.routing import Policy as RoutingPolicy
@@ -49,6 +49,8 @@ class Settings:
     salt_secret: bytes = b""
     """HMAC key for cache_salt; every replica must share it."""
     max_body_bytes: int = 4 * 1024 * 1024
+    body_limits: intake_cost.Limits = dataclasses.field(default_factory=intake_cost.Limits)
+    """Values per body and the bodies' memory in flight, per tenant and per process."""
     body_timeout_seconds: float = 30.0
     """A client slower than this to send its body gets 408 (slowloris)."""
     header_timeout_seconds: float = 15.0
