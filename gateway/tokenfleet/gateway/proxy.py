@@ -50,6 +50,9 @@ class Meter:
     whose client leaves (or whose deadline or engine fails) is settled with what it got."""
 
     sent: bool = False  # a request reached an engine (its prompt was taken up)
+    dispatched: bool = False
+    """The request went to an engine's connection: the engine works on it although no answer
+    (not even headers: a non-streamed answer sends them at its end) came back yet."""
     relayed: int = 0  # generated tokens relayed to the client (usage.tokens_in)
     prompt_reported: int | None = None  # the engine's usage report, once it arrived
     completion_reported: int | None = None
@@ -163,6 +166,7 @@ async def forward(
     try:
         async with asyncio.timeout(budget):
             # leaving early closes the connection: that is what makes vLLM abort the request
+            meter.dispatched = True
             async with client.post(call.url, call.body, call.upstream_headers) as upstream:
                 meter.sent = True
                 outcome.status = upstream.status
