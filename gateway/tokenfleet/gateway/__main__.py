@@ -36,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
         "--redis", default=os.environ.get("TOKENFLEET_REDIS_URL"), help="redis://host:port/0"
     )
     p.add_argument(
+        "--cache-redis",
+        default=os.environ.get("TOKENFLEET_CACHE_REDIS_URL"),
+        help="the response cache's own Redis (default: --redis's), so its evictions never "
+        "touch quota state",
+    )
+    p.add_argument(
         "--quota-failure",
         choices=("open", "closed"),
         default=os.environ.get("TOKENFLEET_QUOTA_FAILURE", "open"),
@@ -181,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         workers=args.workers,
         redis_url=args.redis,
+        cache_redis_url=args.cache_redis,
         quota_failure=args.quota_failure,
         expected_replicas=args.replicas,
         access_log=not args.no_access_log,

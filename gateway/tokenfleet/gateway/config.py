@@ -40,6 +40,10 @@ class Settings:
     """Processes sharing the port (SO_REUSEPORT); one per core is the usual choice."""
     redis_url: str | None = None
     """Quota state shared by every replica; None keeps it in this process only."""
+    cache_redis_url: str | None = None
+    """The response cache's own Redis (TOKENFLEET_CACHE_REDIS_URL); None: ``redis_url``'s.
+    Apart, a full cache evicts only cache entries: in one Redis under ``volatile-ttl`` the
+    short-lived quota buckets went first, and tenants overspent (issue 35, docs/gateway.md)."""
     quota_failure: Literal["open", "closed"] = "open"
     """Redis down: 'open' serves with local limits (quota / replicas); 'closed' refuses."""
     expected_replicas: int = 1
@@ -110,6 +114,7 @@ class Settings:
         )
         base = cls(
             redis_url=os.environ.get("TOKENFLEET_REDIS_URL") or None,
+            cache_redis_url=os.environ.get("TOKENFLEET_CACHE_REDIS_URL") or None,
             quota_failure="closed"
             if os.environ.get("TOKENFLEET_QUOTA_FAILURE") == "closed"
             else "open",
