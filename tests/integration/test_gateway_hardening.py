@@ -250,3 +250,33 @@ def test_an_unstreamed_request_past_its_own_deadline_pays_what_it_reserved(
     assert response.status == 504, response.status
     record = access_record(gateway, "deadline-unstreamed")
     assert record["completion_tokens"] == 600 and record["prompt_tokens"] > 0, record
+
+
+#: Numeric fields the gateway passes to the engine unread (vLLM's sampling options).
+PASSED_ON = ("logprobs", "top_logprobs", "top_k", "min_p", "repetition_penalty", "min_tokens")
+PASSED_ON_CASES = [
+    pytest.param(kind, field, value, id=f"{kind}-{field}-{value!r}"[:60])
+    for kind in ("chat", "completion")
+    for field in PASSED_ON
+    for value in [*ANY_ODD, -1, 1.5, 2**31, float("inf")]
+]
+
+
+@pytest.mark.parametrize(("kind", "field", "value"), PASSED_ON_CASES)
+def test_an_odd_number_the_gateway_passes_on_is_a_4xx_never_a_500(
+    gateway: Gateway, kind: str, field: str, value: Any
+) -> None:
+    """A fuzz table over the numeric fields only the engine reads: the gateway must never
+    answer 500 itself (a 4xx from the gateway or the engine is clean)."""
+    body: dict[str, Any] = (
+        {"model": "m", "messages": MESSAGES} if kind == "chat" else {"model": "m", "prompt": "hi"}
+    )
+    path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
+    raw = json.dumps({**body, "max_tokens": 2, field: value}).replace("Infinity", "1e999")
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=30)
+    headers = {"Authorization": f"Bearer {KEYS['team']}", "Content-Type": "application/json"}
+    conn.request("POST", path, body=raw.encode(), headers=headers)
+    response = conn.getresponse()
+    payload = response.read()
+    conn.close()
+    assert response.status != 500 and response.status < 502, (response.status, payload[:300])
