@@ -166,7 +166,7 @@ def closed_within(sock: socket.socket, seconds: float, *, trickle: bytes = b"") 
 
 
 def test_a_slow_header_client_is_disconnected(gateway: Gateway) -> None:
-    """Old: aiohttp's keep-alive timer (3630 s) was the only limit; the connection stayed."""
+    """Old: aiohttp's keep-alive timer (run_app's 75 s) was the only bound on the headers."""
     with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
         trickle = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 60
         took = closed_within(sock, HEADER_TIMEOUT + 8, trickle=trickle)
