@@ -71,6 +71,43 @@ class SettingsError(Exception):
     """No usable connection settings; the message says what is wrong and what to do."""
 
 
+class MalformedEvent(Exception):
+    """A list or watch answer that is not what the API server sends: not JSON, or an object
+    without ``metadata.uid``. The watch relists rather than trust what follows."""
+
+
+def _uid(obj: Any) -> str:
+    """An object's ``metadata.uid``, or MalformedEvent."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    if not isinstance(uid, str):
+        raise MalformedEvent("an object without metadata.uid")
+    return uid
+
+
+def _items(listed: Obj) -> list[Obj]:
+    items = listed.get("items") or []
+    if not isinstance(items, list) or not isinstance(listed.get("metadata"), dict):
+        raise MalformedEvent("a list answer without items or metadata")
+    return items
+
+
+def _event(line: bytes) -> tuple[str, Obj]:
+    """One watch line's type and object (an ERROR's object is its Status); MalformedEvent if
+    the line is not a watch event."""
+    try:
+        event = json.loads(line)
+    except ValueError:  # JSONDecodeError and invalid UTF-8 alike
+        raise MalformedEvent("a watch line that is not JSON") from None
+    kind = event.get("type") if isinstance(event, dict) else None
+    obj = event.get("object") if isinstance(event, dict) else None
+    if not isinstance(kind, str) or not isinstance(obj, dict):
+        raise MalformedEvent("a watch line without type and object")
+    if kind in ("ADDED", "MODIFIED", "DELETED"):
+        _uid(obj)
+    return kind, obj
+
+
 class ApiError(Exception):
     """The API server answered with an error status."""
 
@@ -231,7 +268,7 @@ class KubeApi:
         while True:
             try:
                 listed = await self.call("GET", f"{path}?{query}")
-                items = {o["metadata"]["uid"]: o for o in listed.get("items", [])}
+                items = {_uid(o): o for o in _items(listed)}
                 for uid, obj in known.items():
                     if uid not in items:
                         yield "DELETED", obj
@@ -239,15 +276,19 @@ class KubeApi:
                     yield "ADDED", obj
                 yield "SYNCED", {}  # the collection has been listed in full
                 known = items
-                version = listed["metadata"]["resourceVersion"]
+                version = listed["metadata"].get("resourceVersion")
+                if not isinstance(version, str):
+                    raise MalformedEvent("a list answer without a resourceVersion")
                 async for kind, obj in self._watch(path, query, version):
-                    uid = obj["metadata"]["uid"]
+                    uid = _uid(obj)
                     if kind == "DELETED":
                         known.pop(uid, None)
                     else:
                         known[uid] = obj
                     yield kind, obj
-            except (TimeoutError, aiohttp.ClientError, ApiError):
+            except (TimeoutError, aiohttp.ClientError, ApiError, MalformedEvent):
+                # MalformedEvent: an event may have been lost, so relist (level-based) rather
+                # than end the watch for good (issue 35: one bad line stopped a catalog watch)
                 await asyncio.sleep(1.0)
 
     async def _watch(self, path: str, query: str, version: str) -> AsyncIterator[tuple[str, Obj]]:
@@ -269,9 +310,8 @@ class KubeApi:
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
-                    event = json.loads(line)
-                    kind = event.get("type")
+                    kind, obj = _event(line)
                     if kind == "ERROR":  # typically 410 Gone: relist
                         return
                     if kind in ("ADDED", "MODIFIED", "DELETED"):
-                        yield kind, event["object"]
+                        yield kind, obj

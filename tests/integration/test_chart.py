@@ -129,15 +129,16 @@ def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("values", "port"),
+    ("values", "ports"),
     [
-        pytest.param([], 6379, id="defaults"),
-        pytest.param(["-f", str(LOCAL)], 16379, id="local"),
-        pytest.param(["--set", "redis.port=7000"], 7000, id="own-port"),
+        pytest.param([], [6379, 6380], id="defaults"),
+        pytest.param(["-f", str(LOCAL)], [16379], id="local"),
+        pytest.param(["--set", "redis.port=7000"], [7000, 6380], id="own-port"),
+        pytest.param(["--set", "redis.cache.enabled=false"], [6379], id="no-cache-redis"),
     ],
 )
 def test_the_redis_network_policy_admits_only_the_gateway_on_the_redis_port(
-    helm: Any, values: list[str], port: int
+    helm: Any, values: list[str], ports: list[int]
 ) -> None:
     """The NetworkPolicy guards the Redis pods (and only them), admits the gateway's pods on
     Redis's port, and nothing else: not the operator, not Redis itself, not any other pod of
@@ -152,11 +153,11 @@ def test_the_redis_network_policy_admits_only_the_gateway_on_the_redis_port(
     (peer,) = rule["from"]
     assert set(peer) == {"podSelector"}, "no namespaceSelector or ipBlock widens it"
     assert [c for c, labels in pods.items() if selects(peer["podSelector"], labels)] == ["gateway"]
-    assert rule["ports"] == [{"protocol": "TCP", "port": port}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": port} for port in ports]
     (service,) = [
         d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-redis")
     ]
-    assert [p["port"] for p in service["spec"]["ports"]] == [port]
+    assert [p["port"] for p in service["spec"]["ports"]] == ports
     external = ["--set", "redis.enabled=false", "--set", "redis.external.url=redis://r:6379"]
     for switch in (["--set", "redis.networkPolicy=false"], external):
         off = objects(helm("template", "t", str(CHART), "-n", "tf", *values, *switch).stdout)

@@ -207,3 +207,76 @@ def test_a_batch_shares_the_tenants_max_tokens_cap(gateway: Gateway) -> None:
     status, payload = post(gateway, batch(None), key="capped", path="/v1/completions")
     assert status == 200, payload
     assert payload["usage"]["completion_tokens"] == 8 * (CAP // 8) <= CAP
+
+
+def test_an_unstreamed_request_whose_client_leaves_pays_what_it_reserved(
+    gateway: Gateway,
+) -> None:
+    """Before the fix a client that left a non-streamed request mid-flight was charged its
+    prompt only (the engine's count never arrived, nothing counted the tokens): GPU time for
+    free. Now it pays every token the engine was allowed to generate (its reservation)."""
+    body = {"model": "m", "messages": MESSAGES, "max_tokens": 600, "ignore_eos": True}
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=0.2)
+    headers = {
+        "Authorization": f"Bearer {KEYS['team']}",
+        "Content-Type": "application/json",
+        "X-Request-Id": "left-unstreamed",
+    }
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(body).encode(), headers=headers)
+    with pytest.raises(TimeoutError):  # 600 tokens at 1 ms each: the client leaves first
+        conn.getresponse()
+    conn.close()
+    record = access_record(gateway, "left-unstreamed")
+    assert record["outcome"] == "cancelled", record
+    assert record["completion_tokens"] == 600, record
+
+
+def test_an_unstreamed_request_past_its_own_deadline_pays_what_it_reserved(
+    gateway: Gateway,
+) -> None:
+    """The same with a deadline the client chose: before, a refusal charged nothing at all."""
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=30)
+    headers = {
+        "Authorization": f"Bearer {KEYS['team']}",
+        "Content-Type": "application/json",
+        "X-Request-Id": "deadline-unstreamed",
+        "X-TokenFleet-Deadline-Ms": "200",
+    }
+    body = {"model": "m", "messages": MESSAGES, "max_tokens": 600, "ignore_eos": True}
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(body).encode(), headers=headers)
+    response = conn.getresponse()
+    response.read()
+    conn.close()
+    assert response.status == 504, response.status
+    record = access_record(gateway, "deadline-unstreamed")
+    assert record["completion_tokens"] == 600 and record["prompt_tokens"] > 0, record
+
+
+#: Numeric fields the gateway passes to the engine unread (vLLM's sampling options).
+PASSED_ON = ("logprobs", "top_logprobs", "top_k", "min_p", "repetition_penalty", "min_tokens")
+PASSED_ON_CASES = [
+    pytest.param(kind, field, value, id=f"{kind}-{field}-{value!r}"[:60])
+    for kind in ("chat", "completion")
+    for field in PASSED_ON
+    for value in [*ANY_ODD, -1, 1.5, 2**31, float("inf")]
+]
+
+
+@pytest.mark.parametrize(("kind", "field", "value"), PASSED_ON_CASES)
+def test_an_odd_number_the_gateway_passes_on_is_a_4xx_never_a_500(
+    gateway: Gateway, kind: str, field: str, value: Any
+) -> None:
+    """A fuzz table over the numeric fields only the engine reads: the gateway must never
+    answer 500 itself (a 4xx from the gateway or the engine is clean)."""
+    body: dict[str, Any] = (
+        {"model": "m", "messages": MESSAGES} if kind == "chat" else {"model": "m", "prompt": "hi"}
+    )
+    path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
+    raw = json.dumps({**body, "max_tokens": 2, field: value}).replace("Infinity", "1e999")
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=30)
+    headers = {"Authorization": f"Bearer {KEYS['team']}", "Content-Type": "application/json"}
+    conn.request("POST", path, body=raw.encode(), headers=headers)
+    response = conn.getresponse()
+    payload = response.read()
+    conn.close()
+    assert response.status != 500 and response.status < 502, (response.status, payload[:300])

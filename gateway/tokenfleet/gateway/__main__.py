@@ -36,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
         "--redis", default=os.environ.get("TOKENFLEET_REDIS_URL"), help="redis://host:port/0"
     )
     p.add_argument(
+        "--cache-redis",
+        default=os.environ.get("TOKENFLEET_CACHE_REDIS_URL"),
+        help="the response cache's own Redis (default: --redis's), so its evictions never "
+        "touch quota state",
+    )
+    p.add_argument(
         "--quota-failure",
         choices=("open", "closed"),
         default=os.environ.get("TOKENFLEET_QUOTA_FAILURE", "open"),
@@ -53,6 +59,18 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         help="seconds a client may take to send its body before 408",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=float(os.environ.get("TOKENFLEET_HEADER_TIMEOUT_SECONDS") or 15.0),
+        help="seconds a connection may take to send a request's headers (slowloris)",
+    )
+    p.add_argument(
+        "--write-stall",
+        type=float,
+        default=float(os.environ.get("TOKENFLEET_WRITE_STALL_SECONDS") or 30.0),
+        help="seconds a client may read nothing of its answer before it counts as gone",
     )
     p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     p.add_argument("--no-access-log", action="store_true")
@@ -122,6 +140,7 @@ def serve(settings: Settings, source: StaticConfig | Configuration) -> None:
         access_log=None,
         handler_cancellation=True,
         shutdown_timeout=settings.drain_seconds,
+        keepalive_timeout=settings.header_timeout_seconds,  # also bounds a first request's headers
         print=None,
         loop=uvloop.new_event_loop(),
     )
@@ -168,10 +187,13 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         workers=args.workers,
         redis_url=args.redis,
+        cache_redis_url=args.cache_redis,
         quota_failure=args.quota_failure,
         expected_replicas=args.replicas,
         access_log=not args.no_access_log,
         body_timeout_seconds=args.body_timeout,
+        header_timeout_seconds=args.header_timeout,
+        write_stall_seconds=args.write_stall,
         max_body_bytes=args.max_body_bytes,
         zone=args.zone,
         max_attempts=max(1, args.max_attempts),

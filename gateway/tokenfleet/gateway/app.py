@@ -240,7 +240,9 @@ def build(settings: Settings, registry: Metrics) -> GatewayState:
             replicas=settings.processes,  # each process leases (and fails open) on its own
         ),
         budgets=BudgetStore(backend=redis, failure=settings.quota_failure),
-        responses=ResponseStore(backend=redis),
+        responses=ResponseStore(settings.cache_redis_url)
+        if settings.cache_redis_url  # a Redis of its own: its evictions never touch quotas
+        else ResponseStore(backend=redis),
         usage=UsageLedger(backend=redis, registry=registry.registry),
         admitter=Admitter(),
         router=router.Router(settings, registry.routing),

@@ -46,6 +46,8 @@ async def answer(request: web.Request, kind: bodies.Kind, stages: Stages) -> web
         await stages.settle.wait_out(passage)
         stages.report.left(passage)
         raise
+    finally:
+        stages.intake.release(passage)  # the body's memory allowance
     if isinstance(answered, Rejected):
         return stages.report.refused(passage, answered)
     stages.report.done(passage)

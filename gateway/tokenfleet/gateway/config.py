@@ -24,7 +24,7 @@ from tokenfleet.api.pool import Admission, Cost, InferencePoolSpec, Routing
 from tokenfleet.api.route import ModelRouteSpec
 from tokenfleet.api.tenant import TenantSpec
 from tokenfleet.gateway import adapter_catalog, catalog, route_catalog
-from tokenfleet.gateway.policy import adapter_access
+from tokenfleet.gateway.policy import adapter_access, intake_cost
 from tokenfleet.gateway.policy.admission import ClassPolicy
 from tokenfleet.gateway.policy.routing import Endpoint, Snapshot
 from tokenfleet.gateway.policy.routing import Policy as RoutingPolicy
@@ -40,6 +40,10 @@ class Settings:
     """Processes sharing the port (SO_REUSEPORT); one per core is the usual choice."""
     redis_url: str | None = None
     """Quota state shared by every replica; None keeps it in this process only."""
+    cache_redis_url: str | None = None
+    """The response cache's own Redis (TOKENFLEET_CACHE_REDIS_URL); None: ``redis_url``'s.
+    Apart, a full cache evicts only cache entries: in one Redis under ``volatile-ttl`` the
+    short-lived quota buckets went first, and tenants overspent (issue 35, docs/gateway.md)."""
     quota_failure: Literal["open", "closed"] = "open"
     """Redis down: 'open' serves with local limits (quota / replicas); 'closed' refuses."""
     expected_replicas: int = 1
@@ -49,8 +53,18 @@ class Settings:
     salt_secret: bytes = b""
     """HMAC key for cache_salt; every replica must share it."""
     max_body_bytes: int = 4 * 1024 * 1024
+    body_limits: intake_cost.Limits = dataclasses.field(default_factory=intake_cost.Limits)
+    """Values per body and the bodies' memory in flight, per tenant and per process."""
     body_timeout_seconds: float = 30.0
     """A client slower than this to send its body gets 408 (slowloris)."""
+    header_timeout_seconds: float = 15.0
+    """A connection's request line and headers must arrive within this many seconds of its
+    opening (or of its previous answer, on a kept-alive connection), else it is closed: a
+    slow-header client (slowloris) holds a socket no longer (aiohttp's default is 75 s). SDK
+    clients send a request's headers in one write, and drop idle connections after 5-60 s."""
+    write_stall_seconds: float = 30.0
+    """A client whose connection accepts nothing for this long has left: its request is
+    cancelled and the engine's slot freed, whatever the request's deadline."""
     upstream_connect_seconds: float = 5.0
     drain_seconds: float = 30.0
     """Graceful shutdown: how long in-flight streams may finish."""
@@ -108,11 +122,16 @@ class Settings:
         )
         base = cls(
             redis_url=os.environ.get("TOKENFLEET_REDIS_URL") or None,
+            cache_redis_url=os.environ.get("TOKENFLEET_CACHE_REDIS_URL") or None,
             quota_failure="closed"
             if os.environ.get("TOKENFLEET_QUOTA_FAILURE") == "closed"
             else "open",
             expected_replicas=int(os.environ.get("TOKENFLEET_GATEWAY_REPLICAS", "1")),
             salt_secret=secret,
+            header_timeout_seconds=float(
+                os.environ.get("TOKENFLEET_HEADER_TIMEOUT_SECONDS") or 15.0
+            ),
+            write_stall_seconds=float(os.environ.get("TOKENFLEET_WRITE_STALL_SECONDS") or 30.0),
             zone=os.environ.get("TOKENFLEET_ZONE", ""),
             fair_queuing=os.environ.get("TOKENFLEET_FAIR_QUEUING", "1").strip().lower()
             not in ("0", "false", "no", "off"),

@@ -12,7 +12,7 @@ from aiohttp import web
 from tokenfleet.gateway import keys
 from tokenfleet.gateway.catalog import Catalog, Tenant
 from tokenfleet.gateway.config import Settings
-from tokenfleet.gateway.policy import bodies
+from tokenfleet.gateway.policy import bodies, intake_cost
 from tokenfleet.gateway.policy.rejections import FINAL, Reason, Rejected
 
 
@@ -65,12 +65,69 @@ async def read_body(request: web.Request, settings: Settings) -> bytes | Rejecte
 async def parse_body(
     request: web.Request, settings: Settings, kind: bodies.Kind
 ) -> bodies.Parsed | Rejected:
-    """The body read, decoded and checked as a request of ``kind``."""
+    """The body read, decoded and checked as a request of ``kind`` (no memory allowance: the
+    request paths use :class:`Bodies`)."""
     body = await read_body(request, settings)
     if isinstance(body, Rejected):
         return body
+    return decode(body, kind, settings.body_limits)
+
+
+def decode(body: bytes, kind: bodies.Kind, limits: intake_cost.Limits) -> bodies.Parsed | Rejected:
+    """Bytes checked for their number of values (before any object is built), decoded, checked."""
+    too_complex = intake_cost.too_complex(intake_cost.values(body), limits)
+    if too_complex is not None:
+        return too_complex
     try:
         decoded = orjson.loads(body)
     except orjson.JSONDecodeError:
         return Rejected(reason=Reason.MALFORMED_JSON, message="the request body is not valid JSON")
     return bodies.parse(decoded, kind)
+
+
+class Bodies:
+    """Request bodies read and parsed within the process's memory allowance
+    (:mod:`~tokenfleet.gateway.policy.intake_cost`): each request holds its body's estimated
+    cost from before the read until :meth:`release`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings, self._limits = settings, settings.body_limits
+        self._state = intake_cost.InFlight()
+        self._held: dict[int, tuple[str, int]] = {}  # id(holder) → (tenant, cost)
+
+    @property
+    def in_flight(self) -> int:
+        """Estimated bytes all held bodies cost (tests, metrics)."""
+        return self._state.total
+
+    async def parse(
+        self, request: web.Request, kind: bodies.Kind, *, tenant: str, holder: object
+    ) -> bodies.Parsed | Rejected:
+        """The body of ``tenant``'s request, its cost held for ``holder`` (release it)."""
+        declared = request.content_length
+        if declared is None or declared > self._settings.max_body_bytes:
+            declared = self._settings.max_body_bytes  # the most it may be: read_body's limit
+        taken = self._take(tenant, intake_cost.before_reading(declared, self._limits), holder)
+        if taken is not None:
+            return taken
+        body = await read_body(request, self._settings)
+        if isinstance(body, Rejected):
+            return body
+        self.release(holder)  # the real cost is at most what was held: it always fits again
+        cost = intake_cost.estimate(len(body), intake_cost.values(body))
+        taken = self._take(tenant, cost, holder)
+        return taken or decode(body, kind, self._limits)
+
+    def _take(self, tenant: str, cost: int, holder: object) -> Rejected | None:
+        state = intake_cost.take(self._state, tenant=tenant, cost=cost, limits=self._limits)
+        if isinstance(state, Rejected):
+            return state
+        self._state = state
+        self._held[id(holder)] = (tenant, cost)
+        return None
+
+    def release(self, holder: object) -> None:
+        """What ``holder``'s body held, given back (nothing if it held nothing)."""
+        held = self._held.pop(id(holder), None)
+        if held is not None:
+            self._state = intake_cost.give_back(self._state, tenant=held[0], cost=held[1])

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import aiohttp
@@ -49,6 +50,9 @@ class Meter:
     whose client leaves (or whose deadline or engine fails) is settled with what it got."""
 
     sent: bool = False  # a request reached an engine (its prompt was taken up)
+    dispatched: bool = False
+    """The request went to an engine's connection: the engine works on it although no answer
+    (not even headers: a non-streamed answer sends them at its end) came back yet."""
     relayed: int = 0  # generated tokens relayed to the client (usage.tokens_in)
     prompt_reported: int | None = None  # the engine's usage report, once it arrived
     completion_reported: int | None = None
@@ -76,6 +80,12 @@ class Outcome:
     served_by: str = ""  # the model that answered, as the X-TokenFleet-Model header says
 
 
+#: A client that reads nothing for this long has left, whatever its deadline: otherwise a
+#: stream nobody reads holds an engine's slot (and its KV cache) until the deadline, an hour if
+#: the client asks for one (issue 35).
+WRITE_STALL_SECONDS = 30.0
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Call:
     """One forward: where, what, and how the answer goes back."""
@@ -92,6 +102,9 @@ class Call:
     served_by_header: str = ""
     """An upstream header that names the model better than ``served_by`` (another TokenFleet
     gateway's X-TokenFleet-Model), used when present."""
+    write_stall: float = WRITE_STALL_SECONDS
+    """Seconds a write to the client may wait for its buffer to drain before the client counts
+    as gone (Settings.write_stall_seconds)."""
 
 
 def _served_by(call: Call, upstream: engine_http.Exchange, outcome: Outcome) -> str:
@@ -153,6 +166,7 @@ async def forward(
     try:
         async with asyncio.timeout(budget):
             # leaving early closes the connection: that is what makes vLLM abort the request
+            meter.dispatched = True
             async with client.post(call.url, call.body, call.upstream_headers) as upstream:
                 meter.sent = True
                 outcome.status = upstream.status
@@ -226,8 +240,8 @@ async def _whole(
         headers={**call.headers, "X-TokenFleet-Model": _served_by(call, upstream, outcome)},
     )
     outcome.response = response
-    await response.prepare(request)
-    await response.write_eof()
+    await _written(request, response.prepare(request), call.write_stall)
+    await _written(request, response.write_eof(), call.write_stall)
     meter.complete = True
 
 
@@ -371,20 +385,22 @@ async def _relay(
         chunked = request.version >= HttpVersion11
         if chunked:
             response.enable_chunked_encoding()
-        await response.prepare(request)
-        await response.write(events.relayed(first))  # the headers and the first chunk
+        await _written(request, response.prepare(request), call.write_stall)
+        # the headers and the first chunk
+        await _written(request, response.write(events.relayed(first)), call.write_stall)
         events.sent()
         events.caught_up()
         if chunked:
-            await _relay_below(upstream, request, events)
+            await _relay_below(upstream, request, events, stall=call.write_stall)
         else:  # an HTTP/1.0 client: no chunks, the body ends with the connection
             while (piece := await upstream.next_piece()) is not None:
                 if block := events.cut(piece):
-                    await response.write(events.relayed(block))
+                    written = response.write(events.relayed(block))
+                    await _written(request, written, call.write_stall)
                     events.sent()
                     events.caught_up()
     if events.pending.strip() and outcome.response is not None:
-        await response.write(events.pending)
+        await _written(request, response.write(events.pending), call.write_stall)
     if not events.done:
         if outcome.response is None:
             raise UpstreamFailed(
@@ -400,11 +416,28 @@ async def _relay(
         outcome.error = Reason.UPSTREAM_ERROR
         await _error_event(outcome, Reason.UPSTREAM_ERROR, "the model server's stream ended early")
         return
-    await response.write_eof()
+    await _written(request, response.write_eof(), call.write_stall)
+
+
+async def _written(request: web.Request, write: Awaitable[object], stall: float) -> None:
+    """Await a write to the client for at most ``stall`` seconds; a client that reads nothing
+    for that long is cut off (its buffered bytes dropped) and counts as gone."""
+    try:
+        async with asyncio.timeout(stall):
+            await write
+    except TimeoutError:
+        _cut_off(request)
+        raise ClientLeft(f"the client read nothing for {stall:g} s") from None
+
+
+def _cut_off(request: web.Request) -> None:
+    transport = request.transport
+    if transport is not None:
+        transport.abort()  # not close(): that would wait to flush what it cannot send
 
 
 async def _relay_below(
-    upstream: engine_http.Exchange, request: web.Request, events: _Events
+    upstream: engine_http.Exchange, request: web.Request, events: _Events, *, stall: float
 ) -> None:
     """Every further event from the engine connection's reads to the client's transport, as
     one HTTP chunk each (the framing aiohttp chose for the response's first chunk)."""
@@ -424,9 +457,9 @@ async def _relay_below(
 
     async def drained() -> None:
         try:
-            await protocol._drain_helper()  # aiohttp's own wait for a paused transport
-        except ConnectionError:
-            raise ClientLeft("the client closed its connection") from None
+            await _written(request, protocol._drain_helper(), stall)  # aiohttp's own wait
+        except ConnectionError as exc:
+            raise ClientLeft(str(exc) or "the client closed its connection") from None
         events.caught_up()
 
     await upstream.relay(send, slow=lambda: protocol.writing_paused, drained=drained)

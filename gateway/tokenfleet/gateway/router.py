@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -169,6 +170,12 @@ class Router:
             del self.lora_busy[url]
 
 
+#: The largest waiting/running figure believed; a page claiming more is malformed.
+MAX_SAMPLE = 1e9
+#: The most of a worker's /metrics page read: vLLM's is tens of KiB; a bigger one is cut.
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+
+
 def parse_load(text: str, now: float, *, own: int = 0) -> routing.Load:
     """Waiting and running requests and KV usage from a vLLM /metrics page (summed over
     engines); ``own``: this gateway's requests at the endpoint as the page was read."""
@@ -182,7 +189,11 @@ def parse_load(text: str, now: float, *, own: int = 0) -> routing.Load:
         name = line[:name_end]
         if name in vllm.WAITING or name in vllm.KV_CACHE_USAGE or name in vllm.RUNNING:
             with contextlib.suppress(ValueError):
-                samples[name] = samples.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+                value = float(line.rsplit(" ", 1)[1])
+                # NaN, infinities and negatives are no load figure: a page with them once
+                # raised out of int() and stopped the scraper for every worker (issue 35)
+                if math.isfinite(value) and 0 <= value <= MAX_SAMPLE:
+                    samples[name] = samples.get(name, 0.0) + value
     waiting = vllm.first_present(samples, vllm.WAITING)
     kv = vllm.first_present(samples, vllm.KV_CACHE_USAGE)
     running = vllm.first_present(samples, vllm.RUNNING)
@@ -208,7 +219,8 @@ async def scrape_forever(
         try:
             async with session.get(url + "/metrics", timeout=timeout, headers=PLAIN) as r:
                 if r.status == 200:
-                    text, now = await r.text(), time.monotonic()
+                    page = await r.content.read(MAX_PAGE_BYTES)
+                    text, now = page.decode("utf-8", "replace"), time.monotonic()
                     own = router.in_flight.get(url, 0)
                     router.scraped[url] = parse_load(text, now, own=own)
                     busy = adapter_loads.busy(text)
@@ -216,6 +228,8 @@ async def scrape_forever(
                         router.lora_busy[url] = (now, busy)
         except (aiohttp.ClientError, TimeoutError):
             pass
+        except Exception as exc:  # one worker's page must never stop the scraper (issue 35)
+            log.warning("scraping %s/metrics failed (%r): its load goes stale", url, exc)
 
     while True:
         urls = [e.url for e in endpoints()]

@@ -93,9 +93,7 @@ class UsageLedger:
         self._owns_backend = backend is None
         self._backend = backend or redis_backend.Backend(url)
         self.failure = self._backend.declare(FAILURE)
-        self._script = (
-            self._backend.script(usage.RECORD_LUA) if self._backend.configured else None
-        )
+        self._script = self._backend.script(usage.RECORD_LUA) if self._backend.configured else None
         self._pending: _Batch = {}
         self._retry: list[_Write] = []
         self._loop: asyncio.AbstractEventLoop | None = None  # what the connection and lock use

@@ -329,3 +329,31 @@ def test_the_tenants_cap_bounds_all_sequences_together(
     assert (got.reason if got else None) == reason
     if got is not None:
         assert got.status == 400 and str(cap) in got.message
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra", "param"),
+    [
+        pytest.param("completion", {"logprobs": 2**31}, "logprobs", id="completion-logprobs-2^31"),
+        pytest.param("completion", {"logprobs": 21}, "logprobs", id="completion-logprobs-21"),
+        pytest.param("completion", {"logprobs": True}, "logprobs", id="completion-logprobs-bool"),
+        pytest.param("completion", {"logprobs": 5}, None, id="completion-logprobs-5"),
+        pytest.param("chat", {"logprobs": True, "top_logprobs": 20}, None, id="chat-top-20"),
+        pytest.param("chat", {"logprobs": 5}, "logprobs", id="chat-logprobs-a-count"),
+        pytest.param("chat", {"top_logprobs": 2**63}, "top_logprobs", id="chat-top-2^63"),
+        pytest.param("chat", {"top_logprobs": -1}, "top_logprobs", id="chat-top-negative"),
+    ],
+)
+def test_logprob_counts_are_bounded(kind: str, extra: dict[str, Any], param: str | None) -> None:
+    """Issue 35's fuzz table: logprobs 2^31 on /v1/completions was passed on, and the engine
+    built that many alternatives per token; OpenAI's and vLLM's default limit is 20."""
+    body: dict[str, Any] = (
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        if kind == "chat"
+        else {"model": "m", "prompt": "hi"}
+    )
+    parsed = bodies.parse({**body, **extra}, kind)  # type: ignore[arg-type]
+    if param is None:
+        assert isinstance(parsed, bodies.Parsed)
+    else:
+        assert isinstance(parsed, Rejected) and parsed.param == param, parsed

@@ -11,6 +11,7 @@ import pytest
 from tokenfleet.gateway import proxy
 from tokenfleet.gateway.policy import bodies, engine_errors, usage
 from tokenfleet.gateway.policy.rejections import Reason
+from tokenfleet.gateway.stages import settle
 
 
 @pytest.mark.parametrize(
@@ -302,3 +303,60 @@ def test_an_answer_is_complete_once_its_end_was_written_not_when_it_was_counted(
     assert events.done and not meter.complete  # counted: not yet written
     events.sent()
     assert meter.complete and meter.relayed == 1
+
+
+def cut_meter(*, sent: bool = True, relayed: int = 0, reported: int | None = None) -> proxy.Meter:
+    meter = proxy.Meter()
+    meter.sent = meter.dispatched = sent
+    meter.relayed, meter.completion_reported = relayed, reported
+    return meter
+
+
+@pytest.mark.parametrize(
+    ("meter", "ending", "uncounted", "expected"),
+    [
+        pytest.param(
+            cut_meter(), ("cancelled", "client_disconnected"), 800, (10, 800), id="unstreamed-left"
+        ),
+        pytest.param(
+            cut_meter(), ("rejected", "deadline_exceeded"), 800, (10, 800), id="unstreamed-deadline"
+        ),
+        pytest.param(
+            cut_meter(relayed=7), ("cancelled", "client_disconnected"), None, (10, 7),
+            id="a-stream-left-pays-what-was-relayed",
+        ),
+        pytest.param(
+            cut_meter(), ("rejected", "deadline_exceeded"), None, (10, 0),
+            id="a-stream-past-its-deadline-before-a-token-pays-its-prompt",
+        ),
+        pytest.param(
+            cut_meter(reported=40), ("served", ""), 800, (10, 40), id="served-its-own-count"
+        ),
+        pytest.param(
+            cut_meter(), ("failed", "upstream_error"), 800, (10, 0), id="the-engine-broke-prompt"
+        ),
+        pytest.param(cut_meter(), ("rejected", "queue_full"), 800, (0, 0), id="refused-nothing"),
+        pytest.param(
+            cut_meter(sent=False), ("cancelled", "client_disconnected"), 800, (0, 0),
+            id="left-before-it-was-sent",
+        ),
+    ],
+)  # fmt: skip
+def test_a_request_cut_off_while_its_engine_worked_is_charged(
+    meter: proxy.Meter, ending: tuple[str, str], uncounted: int | None, expected: tuple[int, int]
+) -> None:
+    """Issue 35: an unstreamed request whose client left (or whose own deadline passed) was
+    charged its prompt only (or nothing): now what the engine may have generated, since nobody
+    counted it; a stream still pays what was relayed."""
+    charged = settle.record(
+        meter,
+        request_id="r",
+        tenant="t",
+        model="m",
+        pool="p",
+        ending=ending,
+        prompt_estimate=10,
+        reserved=810,
+        uncounted=uncounted,
+    )
+    assert (charged.prompt, charged.completion) == expected

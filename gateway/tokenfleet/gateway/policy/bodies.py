@@ -70,7 +70,12 @@ NUMBERS: Mapping[str, Bound] = {
     "top_p": Bound(integer=False, low=0, high=1),
     "presence_penalty": Bound(integer=False, low=-2, high=2),
     "frequency_penalty": Bound(integer=False, low=-2, high=2),
+    # OpenAI's limit and vLLM's default --max-logprobs: a larger count made the engine build
+    # that many alternatives per token (2^31 hung the simulator; issue 35's fuzz table)
+    "top_logprobs": Bound(integer=True, low=0, high=20),
 }
+#: /v1/completions' ``logprobs`` is a count (chat's is a boolean, checked apart).
+COMPLETION_NUMBERS: Mapping[str, Bound] = {"logprobs": Bound(integer=True, low=0, high=20)}
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,10 +196,16 @@ def _prompts(body: Mapping[str, Any], kind: Kind) -> int:
     return 1
 
 
-def _numbers(body: Mapping[str, Any], limits: tuple[str, ...]) -> dict[str, Any] | Rejected:
+def _numbers(
+    body: Mapping[str, Any], limits: tuple[str, ...], kind: Kind
+) -> dict[str, Any] | Rejected:
     """The numeric fields the body sets (null is unset), each checked: ``limits`` are the
-    kind's token limits, the rest :data:`NUMBERS`."""
+    kind's token limits, the rest :data:`NUMBERS` (and :data:`COMPLETION_NUMBERS`)."""
     bounds = {**dict.fromkeys(limits, TOKEN_LIMIT), **NUMBERS}
+    if kind == "completion":
+        bounds.update(COMPLETION_NUMBERS)
+    elif kind == "chat" and body.get("logprobs") not in (None, True, False):
+        return _bad("'logprobs' must be a boolean", "logprobs")
     found = {}
     for name, bound in bounds.items():
         value = body.get(name)
@@ -228,7 +239,7 @@ def parse(body: Any, kind: Kind) -> Parsed | Rejected:
     names = (
         ("max_output_tokens",) if kind == "response" else ("max_tokens", "max_completion_tokens")
     )
-    numbers = _numbers(body, names)
+    numbers = _numbers(body, names, kind)
     if isinstance(numbers, Rejected):
         return numbers
     given = [numbers[name] for name in names if name in numbers]

@@ -88,10 +88,16 @@ def used(
     completion_reported: int | None,
     prompt_estimate: int,
     relayed: int,
+    ceiling: int | None = None,
 ) -> tuple[int, int]:
     """(prompt, completion) tokens a request that reached an engine used: the engine's usage
-    report, else the prompt estimate and the tokens counted as they were relayed."""
-    completion = completion_reported if completion_reported is not None else relayed
+    report, else the prompt estimate and the tokens counted as they were relayed — or, when
+    nothing could count them (``ceiling``: a non-streamed answer cut off before it arrived),
+    everything the engine was allowed to generate."""
+    if completion_reported is not None:
+        completion = completion_reported
+    else:
+        completion = relayed if ceiling is None else max(relayed, ceiling)
     prompt = prompt_reported if prompt_reported is not None else prompt_estimate
     return prompt, completion
 

@@ -13,7 +13,7 @@ from prometheus_client import Counter
 from tokenfleet.gateway import model_routing
 from tokenfleet.gateway.catalog import Tenant
 from tokenfleet.gateway.config import Settings
-from tokenfleet.gateway.intake import authenticate, parse_body
+from tokenfleet.gateway.intake import Bodies, authenticate
 from tokenfleet.gateway.live import Live
 from tokenfleet.gateway.placement import Admitted, place, spare_for
 from tokenfleet.gateway.policy import bodies, deadlines, usage
@@ -36,6 +36,7 @@ class Intake:
         """``draw``: the routing random source (a route's weighted choice); ``settings``: the
         body's limits and the salt's secret."""
         self._live, self._settings = live, settings
+        self._bodies = Bodies(settings)
         self._draw, self._route_decisions = draw, route_decisions
 
     async def admit(self, request: web.Request, passage: context.Passage) -> Admitted | Rejected:
@@ -44,7 +45,9 @@ class Intake:
         tenant = authenticate(catalog, request.headers.get("Authorization"))  # 1 authenticate
         if isinstance(tenant, Rejected):
             return tenant
-        parsed = await parse_body(request, self._settings, passage.identity.kind)  # 2 validate
+        parsed = await self._bodies.parse(  # 2 validate (its cost held until release)
+            request, passage.identity.kind, tenant=tenant.key, holder=passage
+        )
         if isinstance(parsed, Rejected):
             return refused(trace, parsed, tenant=tenant)
         directed = self._direct(request, tenant, parsed, trace)  # a route → the model it picks
@@ -78,6 +81,15 @@ class Intake:
             route=directed.entry if directed else None,
             salt=self._salt(tenant, parsed),
         )
+
+    def release(self, passage: context.Passage) -> None:
+        """The request has ended: its body's memory is no longer held."""
+        self._bodies.release(passage)
+
+    @property
+    def bodies_in_flight(self) -> int:
+        """Estimated bytes the bodies of requests under way hold."""
+        return self._bodies.in_flight
 
     def _direct(
         self, request: web.Request, tenant: Tenant, parsed: bodies.Parsed, trace: events.Trace

@@ -48,6 +48,13 @@ LEDGER_OUTCOME = {
 }
 
 
+#: Endings that cut a request off while its engine worked: the client left, or the deadline it
+#: chose passed (a refusal when no byte had reached the client yet). Either way the engine spent
+#: GPU time the tenant asked for, so it is charged (issue 35: both once cost the prompt or
+#: nothing, which made GPU time almost free to a client that leaves early).
+CUT_OFF = frozenset({"client_disconnected", "deadline_exceeded"})
+
+
 def record(
     meter: Meter,
     *,
@@ -58,17 +65,22 @@ def record(
     ending: tuple[str, str],
     prompt_estimate: int,
     reserved: int,
+    uncounted: int | None = None,
 ) -> usage.Record:
-    """The final usage of a request, from what its meter saw."""
+    """The final usage of a request, from what its meter saw. ``uncounted``: for an answer
+    whose tokens nobody counts as they come (not streamed), what the engine may generate — the
+    charge when it is cut off before its usage report."""
     outcome, reason = ending
+    cut_off = reason in CUT_OFF
     prompt, completion = (
         usage.used(
             prompt_reported=meter.prompt_reported,
             completion_reported=meter.completion_reported,
             prompt_estimate=prompt_estimate,
             relayed=meter.relayed,
+            ceiling=uncounted if cut_off else None,
         )
-        if meter.sent and outcome != "rejected"
+        if (meter.sent and outcome != "rejected") or (meter.dispatched and cut_off)
         else (0, 0)
     )
     return usage.Record(
@@ -125,6 +137,7 @@ class Settle:
             ending=ending,
             prompt_estimate=admitted.parsed.prompt_tokens,
             reserved=reservation.tokens,
+            uncounted=None if admitted.parsed.stream else admitted.output_tokens,
         )
         settling = asyncio.ensure_future(self._settle(passage, charged, reservation, hold, spilled))
         passage.settling = settling

@@ -294,6 +294,7 @@ class Spill:
             upstream_headers=upstream_headers,
             served_by=str(body["model"]),
             served_by_header=MODEL_HEADER if remote.kind == "Gateway" else "",
+            write_stall=self._router.settings.write_stall_seconds,
         )
         spilled = Spilled(entry=ask.entry, remote=remote, hold=hold, asked=call.served_by)
         passage.trace.add(events.AtRemote(spilled))  # from here on it is settled as the remote's

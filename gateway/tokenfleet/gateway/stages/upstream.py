@@ -342,6 +342,7 @@ class Upstream:
             upstream_headers={"Content-Type": "application/json", "X-Request-Id": request_id},
             served_by=work.model.name,
             capture_bytes=work.capture_bytes,
+            write_stall=self._router.settings.write_stall_seconds,
         )
         try:
             outcome = await proxy.forward(
