@@ -7,7 +7,7 @@ gone: a new verb is a decision a reviewer sees, never a side effect of a templat
 "cluster" (a ClusterRole bound cluster-wide) or the namespace of a Role's binding; names are the
 resourceNames a rule is limited to ("*": any).
 
-Known breadth, and why it stays for now (docs/security-cluster.md): the gateway's list/watch on
+Known breadth, and why it stays for now (docs/security.md): the gateway's list/watch on
 Secrets and ConfigMaps is cluster-wide because it watches tenants' key Secrets and classifier
 ConfigMaps by label in every namespace (RBAC cannot grant by label); the operator's list on
 Secrets reads trust Secrets by name and key Secrets' metadata by label; its create/patch on

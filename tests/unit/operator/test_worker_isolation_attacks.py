@@ -1,5 +1,5 @@
 """Attacks on a worker from inside the cluster and from a ModelDeployment's author (issue #35,
-findings 1 and 5; docs/security-cluster.md lists each promise with its test here).
+findings 1 and 5; docs/security.md lists each promise with its test here).
 
 Matrix: a pool's rendered children (NetworkPolicy admits only the gateway and the scrapers,
 the engine key Secret, the worker and sidecar containers serving behind it) × the worker pod's

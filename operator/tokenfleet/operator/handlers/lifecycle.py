@@ -39,7 +39,7 @@ async def start(*, settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     if not config.engine_key:  # the chart always sets one; a bare process may not
         logging.getLogger("tokenfleet.operator").warning(
             "no engine key (TOKENFLEET_ENGINE_API_KEY): engines take requests from any pod their "
-            "NetworkPolicy admits; docs/security-cluster.md"
+            "NetworkPolicy admits; docs/security.md"
         )
     signals = PrometheusSignals(config.prometheus_url) if config.prometheus_url else None
     # Leader election (set up by __main__): the loop runs only while this replica leads, and

@@ -2,7 +2,7 @@
 key it serves behind (pure: settings in, manifests out).
 
 A worker runs a ModelDeployment author's engine on tenants' prompts. Nothing in the cluster
-but the gateway may call it (docs/security-cluster.md):
+but the gateway may call it (docs/security.md):
 
 - **NetworkPolicy per pool** admits the gateway's pods to the engine (8000) and the adapter
   sidecar (8002), and the scrapers' namespaces to the engine port only (Prometheus reads
