@@ -59,16 +59,23 @@ def report(w: disaggregated.Workload, v: disaggregation.Verdict) -> list[str]:
         f"{v_tail(w) * kv / 1e6:,.0f} MB, {v.transfer_seconds * 1000:,.1f} ms over "
         f"{w.link.bandwidth_gbps:g} Gbit/s + {w.link.latency_ms:g} ms",
         "combined:",
-        _pool_line(v.combined),
+        _pool_line(v.combined)
+        if v.combined.feasible
+        else f"  cannot meet the TPOT objective at any load (bound by {v.combined.binding.value})",
     ]
     if v.prefill is None or v.decode is None:
-        lines += ["disaggregated: cannot meet the TTFT objective (prefill + transfer too long)"]
+        lines += ["disaggregated: cannot meet the TTFT or TPOT objective at any load"]
     else:
         lines += [
             f"disaggregated: {v.disaggregated_replicas:,} replicas",
             _pool_line(v.prefill),
             _pool_line(v.decode),
         ]
+    if v.winner == "neither":
+        lines.append(
+            f"verdict: neither design meets the SLO on this replica; binding: {v.binding.value}"
+        )
+        return lines
     saving = "∞" if v.saving == float("inf") else f"{v.saving:.1%}"
     lines.append(
         f"verdict: {v.winner} wins; the other needs {saving} more GPUs; binding: {v.binding.value}"
@@ -82,7 +89,9 @@ def v_tail(w: disaggregated.Workload) -> float:
 
 def check(w: disaggregated.Workload, v: disaggregation.Verdict) -> list[str]:
     """Both sizings simulated; the measured p95s beside the objectives."""
-    runs = [disaggregated.run_combined(w, v.combined.replicas)]
+    runs = []
+    if v.combined.feasible:
+        runs.append(disaggregated.run_combined(w, v.combined.replicas))
     if v.prefill is not None and v.decode is not None:
         runs.append(disaggregated.run_disaggregated(w, v.prefill.replicas, v.decode.replicas))
     lines = [

@@ -108,6 +108,10 @@ class Pool:
     binding: Resource
     ceilings: dict[Resource, float]  # requests/s per replica by resource
 
+    @property
+    def feasible(self) -> bool:
+        return self.per_replica_rps > 0
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Verdict:
@@ -115,7 +119,7 @@ class Verdict:
     prefill: Pool | None  # None: disaggregation cannot meet the TTFT objective
     decode: Pool | None
     transfer_seconds: float  # the TTFT check's prompt over the link, unqueued
-    winner: str  # combined | disaggregated
+    winner: str  # combined | disaggregated | neither (no replica meets the TPOT objective)
     saving: float  # the loser's GPUs over the winner's − 1
     binding: Resource  # what limits the winner (its larger pool's binding resource)
 
@@ -205,9 +209,21 @@ def decide(r: Replica, t: Traffic, link: Link, *, kv_bytes: int) -> Verdict:
     p = prefill(r, t, link, kv_bytes=kv_bytes)
     d = decode(r, t, link, kv_bytes=kv_bytes)
     split = p.replicas + d.replicas
-    if split < one.replicas:
+    if not (p.feasible and d.feasible):
+        winner = "combined" if one.feasible else "neither"
+        return Verdict(
+            combined=one,
+            prefill=None,
+            decode=None,
+            transfer_seconds=transfer,
+            winner=winner,
+            saving=math.inf,
+            binding=one.binding if one.feasible else d.binding,
+        )
+    if not one.feasible or split < one.replicas:
         bigger = p if p.replicas >= d.replicas else d
-        winner, saving, binding = "disaggregated", one.replicas / split - 1, bigger.binding
+        saving = one.replicas / split - 1 if one.feasible else math.inf
+        winner, binding = "disaggregated", bigger.binding
     else:
         winner, saving, binding = "combined", split / max(1, one.replicas) - 1, one.binding
     return Verdict(

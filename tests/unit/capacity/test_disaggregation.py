@@ -110,3 +110,12 @@ def test_lost_transfers_are_recomputed_so_the_prefill_pool_grows() -> None:
     lossy = dg.prefill(REPLICA, SEED, dg.Link(bandwidth_gbps=400, loss=0.2), kv_bytes=KV_8B)
     assert lossy.per_replica_rps == pytest.approx(clean.per_replica_rps * 0.8)
     assert lossy.replicas > clean.replicas
+
+
+def test_a_replica_whose_step_alone_exceeds_the_tpot_objective_meets_it_in_neither_design() -> None:
+    """The repo's measured profile fits a 64 ms step base: no batch meets a 50 ms TPOT."""
+    slow = dataclasses.replace(REPLICA, base=0.064, per_sequence=0.0056, per_token=0.0)
+    v = dg.decide(slow, SEED, dg.Link(bandwidth_gbps=400), kv_bytes=KV_8B)
+    assert not v.combined.feasible
+    assert v.winner == "neither"
+    assert v.prefill is None
