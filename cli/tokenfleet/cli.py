@@ -24,6 +24,8 @@ commands:
                        measure one endpoint across a rate sweep: a profile and a plot
   plan --workload W.yaml --profile P.json
                        size a fleet from token-level traffic and a measured replica profile
+  plan --disaggregation D.yaml [--profile P.json] [--simulate]
+                       a combined pool or prefill + decode pools: which wins, what binds
   simulate SCENARIO.yaml [--scaler S] [--profile P.json] [--out DIR]
                        replay traffic against a simulated fleet under each scaling policy
   route train-classifier PROMPTS.jsonl -o OUT [--configmap NAME] [--seed 0]

@@ -1,5 +1,8 @@
 """``tokenfleet plan --workload W.yaml --profile P.json``: sustained and peak fleets, what binds
-each (and at which percentile), the cost at the sustained rate, and an InferencePool."""
+each (and at which percentile), the cost at the sustained rate, and an InferencePool.
+
+``tokenfleet plan --disaggregation D.yaml [--profile P.json] [--simulate]``: a combined pool
+against a prefill + decode pair for the workload: which wins, by how much, what binds."""
 
 from __future__ import annotations
 
@@ -33,17 +36,27 @@ def _load(args: argparse.Namespace) -> tuple[planning.Workload, planning.Profile
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tokenfleet plan", description=__doc__)
+    parser.add_argument("--workload", type=Path, help="YAML: rates, tokens, SLO, zones, cost")
+    parser.add_argument("--profile", type=Path, help="JSON from `tokenfleet bench replica`")
     parser.add_argument(
-        "--workload", type=Path, required=True, help="YAML: rates, tokens, SLO, zones, cost"
+        "--disaggregation",
+        type=Path,
+        help="YAML: traffic, SLO, model shape, link, replica: combined or prefill + decode pools",
     )
     parser.add_argument(
-        "--profile", type=Path, required=True, help="JSON from `tokenfleet bench replica`"
+        "--simulate", action="store_true", help="with --disaggregation: check both by simulation"
     )
     parser.add_argument(
         "--gpu-hour-price", type=float, help="dollars per GPU-hour (overrides cost.gpuHourPrice)"
     )
     parser.add_argument("--pool-name", default="planned-pool")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.disaggregation is not None:
+        from tokenfleet.capacity import disaggregate
+
+        return disaggregate.main(args.disaggregation, args.profile, simulate=args.simulate)
+    if args.workload is None or args.profile is None:
+        parser.error("--workload and --profile are required (or --disaggregation)")
     try:
         workload, profile = _load(args)
     except ValueError as exc:

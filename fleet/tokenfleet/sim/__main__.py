@@ -17,7 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from tokenfleet.capacity.planning import Profile
-from tokenfleet.sim import report
+from tokenfleet.sim import report, scalers
 from tokenfleet.sim.calibrate import CalibrationError, calibrate
 from tokenfleet.sim.engine import Simulation
 from tokenfleet.sim.result import Result
@@ -44,6 +44,22 @@ def runs(scenario: Scenario, scalers: list[Scaler]) -> list[tuple[Scaler, Adapte
     if not any(s.adapters for s in scenario.streams):
         placements = placements[:1]
     return [(scaler, placement) for scaler in scalers for placement in placements]
+
+
+def forecast_notes(sim: Simulation) -> list[str]:
+    """What each pool's forecast signal chose at its last decision, and every model's
+    backtest (what the operator's status would show)."""
+    out = []
+    for pool, scaler in sim.scalers.items():
+        if not isinstance(scaler, scalers.Forecast) or scaler.last is None:
+            continue
+        out.append(f"forecast {pool}: {scaler.last.message}")
+        out.extend(
+            f"  backtest {e.model.value:22} MAPE {e.mape:6.1%}  sMAPE {e.smape:6.1%}  "
+            f"band {e.band:6.1%}  ({e.points:,} buckets)"
+            for e in scaler.last.errors
+        )
+    return out
 
 
 def load(path: Path, profile: Path | None) -> Scenario:
@@ -78,19 +94,25 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(".tokenfleet") / "sim" / scenario.name
     print(f"{scenario.name}: {scenario.description or ''}".rstrip(": "))
     results: list[Result] = []
+    notes: list[str] = []
     pairs = runs(scenario, names)
     many = len({placement for _, placement in pairs}) > 1
     for name, placement in pairs:
         label = f"{name}/{placement}" if many else name
         show = None if args.quiet else _progress(scenario.duration_seconds, label)
-        results.append(Simulation(scenario, name, placement).run(show))
+        sim = Simulation(scenario, name, placement)
+        results.append(sim.run(show))
         if not args.quiet:
             print()
+        notes.extend(forecast_notes(sim))
     print()
     print("\n".join(report.summary(results)))
     if table := report.adapters(results):
         print()
         print("\n".join(table))
+    if notes:
+        print()
+        print("\n".join(notes))
     for r in results:
         print()
         print("\n".join(report.details(r)))

@@ -20,7 +20,8 @@ import time
 from collections.abc import Callable, Iterator
 
 from tokenfleet.gateway.policy import admission, routing
-from tokenfleet.sim import scalers, traffic
+from tokenfleet.operator.policy import forecast
+from tokenfleet.sim import scalers, seasons, traffic
 from tokenfleet.sim.pool import Pool
 from tokenfleet.sim.replica import Request, mark_first_token
 from tokenfleet.sim.result import Result
@@ -112,6 +113,10 @@ class Simulation:
         demand = need(0.0) if initial is None else initial
         if self.scaler_name == "tokenfleet":
             return scalers.TokenFleet(spec, demand)
+        if self.scaler_name == "reactive":
+            return scalers.TokenFleet(spec, demand, schedules=False)
+        if self.scaler_name == "forecast":
+            return self._forecast(pool, demand)
         if self.scaler_name == "hpa-cpu":
             return scalers.hpa_cpu(spec, demand)
         if self.scaler_name == "keda-queue":
@@ -121,12 +126,51 @@ class Simulation:
             return scalers.Fixed(scalers.place(spec, peak, pool.zone_view(), headroom=True))
         return scalers.Oracle(spec, need, self.scenario.performance.cold_start_seconds)
 
+    def offered_rps(self, pool: str) -> Callable[[float], float]:
+        """Requests/s offered to ``pool`` at time t."""
+        streams = [s for s in self.scenario.streams if s.pool in ("", pool)]
+        return lambda t: sum(s.rps(t) for s in streams)
+
+    def _forecast(self, pool: Pool, demand: int) -> scalers.Forecast:
+        """The reactive policy with the forecast floor, its history drawn from its own seed
+        (so every policy's traffic draws stay the same)."""
+        sc, h = self.scenario, self.scenario.history
+        past = seasons.history(
+            self.offered_rps(pool.name),
+            window=sc.duration_seconds,
+            days=h.days,
+            step=h.step_seconds,
+            noise=h.noise,
+            weekend_factor=h.weekend_factor,
+            rng=random.Random(sc.seed + 1),
+            recurring=h.recurring,
+        )
+        streams = [s for s in sc.streams if s.pool in ("", pool.name)] or list(sc.streams)
+        rate0 = [max(s.rps(0.0), 1e-9) for s in streams]
+        total = sum(rate0)
+        mean_in = sum(r * s.input_tokens.mean for r, s in zip(rate0, streams, strict=True))
+        mean_out = sum(r * s.output_tokens.mean for r, s in zip(rate0, streams, strict=True))
+        itl = min(sc.slo_of(s.cls).inter_token_seconds for s in streams)
+        per = scalers.sustainable_rps(sc.performance, mean_in / total, mean_out / total, itl)
+        return scalers.Forecast(
+            pool.spec,
+            demand,
+            history=past,
+            step=h.step_seconds,
+            lead=sc.performance.cold_start_seconds + sc.scale_interval_seconds,
+            per_replica_rps=per * scalers.ORACLE_UTILIZATION,
+            models=[forecast.Model(m) for m in h.models],
+        )
+
     def _initial(self, pool: Pool) -> dict[str, int]:
         """The fleet each policy keeps in steady state at the opening load, ready at t=0."""
         scaler = self.scalers[pool.name]
         zones = pool.zone_view()
         if isinstance(scaler, scalers.TokenFleet):
             return scalers.place(pool.spec, scaler.state.replicas, zones, headroom=True)
+        if isinstance(scaler, scalers.Forecast):
+            state = scaler.reactive.state
+            return scalers.place(pool.spec, state.replicas, zones, headroom=True)
         if isinstance(scaler, scalers.Hpa):
             return scalers.place(pool.spec, scaler.replicas, zones, headroom=False)
         return scaler.targets(pool.view(0.0, 1.0))

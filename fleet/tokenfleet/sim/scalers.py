@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.operator.policy import placement, scaling
+from tokenfleet.operator.policy import forecast, placement, scaling
 from tokenfleet.sim.scenario import Performance
 
 EPOCH = datetime.datetime(2026, 1, 5, 9, 0, tzinfo=datetime.UTC)  # a Monday, 09:00 UTC
@@ -83,10 +83,15 @@ def place(
 
 
 class TokenFleet:
-    """The operator's decision and placement, unchanged."""
+    """The operator's decision and placement, unchanged (``schedules=False``: without the
+    pool's scheduled bounds, the purely reactive policy)."""
 
-    def __init__(self, spec: InferencePoolSpec, initial_demand: int) -> None:
+    def __init__(
+        self, spec: InferencePoolSpec, initial_demand: int, *, schedules: bool = True
+    ) -> None:
         self.policy = scaling.Policy.of(spec.autoscaling, spec.replicas)
+        if not schedules:
+            self.policy = dataclasses.replace(self.policy, schedules=())
         # steady state: the demand has held for a while (an empty history would let the very
         # first decisions step down before the down-window has seen anything)
         self.state = scaling.State(
@@ -115,6 +120,52 @@ class TokenFleet:
         )
         self.state, self.last = decision.state, decision
         return place(view.spec, decision.replicas, view.zones, headroom=True)
+
+
+class Forecast:
+    """The reactive policy with the forecast signal's floor (``policy.forecast.prescale``), as
+    the operator would run it: offered requests/s are averaged per ``step`` seconds into the
+    pool's history (seeded with the days before the run), and at every decision the floor is
+    what the best backtested model expects one cold start (and one decision) ahead. The floor
+    acts where a schedule's minReplicas would; the pool's own schedules are left out, so the
+    comparison is forecast against schedule."""
+
+    def __init__(
+        self,
+        spec: InferencePoolSpec,
+        initial_demand: int,
+        *,
+        history: Sequence[float],
+        step: float,
+        lead: float,
+        per_replica_rps: float,
+        models: Sequence[forecast.Model],
+    ) -> None:
+        self.reactive = TokenFleet(spec, initial_demand, schedules=False)
+        self.floor = self.reactive.policy.min_replicas
+        self.history, self.step, self.lead = list(history), step, lead
+        self.per_replica, self.models = per_replica_rps, tuple(models)
+        self.bucket: list[float] = []
+        self.bucket_end = step
+        self.last: forecast.ForecastDecision | None = None
+
+    def targets(self, view: PoolView) -> dict[str, int]:
+        self.bucket.append(view.arrival_rate)
+        if view.t + 1e-9 >= self.bucket_end or self.last is None:
+            if view.t + 1e-9 >= self.bucket_end:
+                self.history.append(sum(self.bucket) / len(self.bucket))
+                self.bucket, self.bucket_end = [], self.bucket_end + self.step
+            self.last = forecast.prescale(
+                history=self.history,
+                step=self.step,
+                lead_seconds=self.lead,
+                per_replica_rps=self.per_replica,
+                models=self.models,
+            )
+        self.reactive.policy = dataclasses.replace(
+            self.reactive.policy, min_replicas=max(self.floor, self.last.replicas)
+        )
+        return self.reactive.targets(view)
 
 
 #: HPA's defaults (kube-controller-manager flags and ``behavior`` defaults, autoscaling/v2):

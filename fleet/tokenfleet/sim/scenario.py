@@ -15,8 +15,20 @@ from pydantic import Field, model_validator
 from tokenfleet.api.base import Model
 from tokenfleet.api.pool import InferencePoolSpec
 
-Scaler = Literal["tokenfleet", "hpa-cpu", "keda-queue", "static-peak", "oracle"]
-SCALERS: tuple[Scaler, ...] = ("tokenfleet", "hpa-cpu", "keda-queue", "static-peak", "oracle")
+Scaler = Literal[
+    "tokenfleet", "reactive", "forecast", "hpa-cpu", "keda-queue", "static-peak", "oracle"
+]
+SCALERS: tuple[Scaler, ...] = (
+    "tokenfleet",
+    "reactive",
+    "forecast",
+    "hpa-cpu",
+    "keda-queue",
+    "static-peak",
+    "oracle",
+)
+#: The forecast signal's models (``tokenfleet.operator.policy.forecast.Model``'s values).
+ForecastModel = Literal["seasonal-naive-daily", "seasonal-naive-weekly", "holt-winters"]
 #: How the gateway places LoRA requests: ``affinity`` is ``policy.adapters.place``; ``blind`` is
 #: the pool's routing policy ignoring adapters (the replica loads whatever lands on it).
 AdapterRouting = Literal["affinity", "blind"]
@@ -204,6 +216,31 @@ class Slo(Model):
     inter_token_seconds: float = Field(default=0.05, gt=0, description="Mean between tokens.")
 
 
+class History(Model):
+    """The offered load a pool saw before the run, which the ``forecast`` policy learns from:
+    ``days`` days of the scenario's own rate pattern (the scenario's window at its clock time
+    each day, its opening rate the rest of the day), weekend days scaled by ``weekendFactor``,
+    each bucket times (1 + ``noise`` x a standard normal draw). The run starts Monday 09:00."""
+
+    days: int = Field(default=14, ge=8, le=60, description="Days of history (≥ a week + 1).")
+    recurring: bool = Field(
+        default=True,
+        description="The scenario's window happened on every past day (a recurring peak); "
+        "false: the past days held the opening rate all day (the window is a one-off event).",
+    )
+    step_seconds: float = Field(default=60.0, gt=0, description="Bucket of the history.")
+    noise: float = Field(default=0.05, ge=0, le=1, description="Relative noise per bucket.")
+    weekend_factor: float = Field(
+        default=0.6, ge=0, description="Saturday and Sunday's load against a weekday's."
+    )
+    models: list[ForecastModel] = Field(
+        default_factory=lambda: list[ForecastModel](
+            ["seasonal-naive-daily", "seasonal-naive-weekly", "holt-winters"]
+        ),
+        description="Models the forecast chooses among by backtest.",
+    )
+
+
 class Scenario(Model):
     """Everything one simulation run needs."""
 
@@ -233,6 +270,9 @@ class Scenario(Model):
     scalers: list[Scaler] = Field(
         default_factory=lambda: list[Scaler](["tokenfleet"]),
         description="Policies to compare, each a run.",
+    )
+    history: History = Field(
+        default_factory=History, description="What the forecast policy learned from."
     )
     adapter_routing: list[AdapterRouting] = Field(
         default_factory=lambda: list[AdapterRouting](["affinity"]),

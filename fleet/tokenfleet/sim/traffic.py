@@ -33,7 +33,8 @@ class Second:
     """-1 for the base model."""
 
 
-def _draw(rng: np.random.Generator, tokens: Tokens, n: int) -> np.ndarray:
+def draw(rng: np.random.Generator, tokens: Tokens, n: int) -> np.ndarray:
+    """``n`` token counts from ``tokens``' distribution, clipped to 1..max."""
     if tokens.dist == "exponential":
         values = np.ceil(rng.exponential(tokens.mean, n))
     else:
@@ -89,8 +90,8 @@ def seconds(scenario: Scenario) -> Iterator[Second]:
                 (
                     times,
                     np.full(n, i, dtype=np.int64),
-                    _draw(rng, s.input_tokens, n),
-                    _draw(rng, s.output_tokens, n),
+                    draw(rng, s.input_tokens, n),
+                    draw(rng, s.output_tokens, n),
                     prefix,
                     adapter,
                 )
