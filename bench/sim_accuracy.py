@@ -17,6 +17,18 @@ model by construction, so it says nothing of how well that model fits a GPU (tha
 
     .venv/bin/python bench/sim_accuracy.py [--scenario steady --scenario step ...] [--out DIR]
     .venv/bin/python bench/sim_accuracy.py --platform-from DIR    # the simulator only, again
+
+``--engine vllm-cpu`` measures the replica model too, out of sample. It starts
+``TOKENFLEET_ENGINE=vllm-cpu make up``'s platform in a state folder of its own (the chart on the
+real node, example 10's CPU pool of real vLLM pods; ``down`` at the end), profiles the pool's
+engine with ``tokenfleet bench replica`` against its pod, calibrates the simulator from that
+profile (``tokenfleet.sim.calibrate``) and the engine's measured cold start, fits one constant
+(the request path's time) on ``bench/accuracy/vllm-cpu/calibrate.yaml``'s run, and only then
+runs the held-out scenarios (another seed, a burst, a scale-up from one engine to two), each
+judged against the simulator with that calibration:
+
+    .venv/bin/python bench/sim_accuracy.py --engine vllm-cpu
+    .venv/bin/python bench/sim_accuracy.py --engine vllm-cpu --platform-from DIR   # sim again
 """
 
 from __future__ import annotations
