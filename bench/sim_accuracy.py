@@ -644,8 +644,8 @@ def profile_replica(pod: dict[str, Any], out: Path) -> planning.Profile:
     argv += ["--output-tokens", str(PROFILE_OUTPUT_TOKENS)]
     argv += ["--out", str(out / "profile.json"), "--plot", str(out / "profile.png")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
-    print(done.stdout, flush=True)
-    if done.returncode != 0:
+    print("\n".join(line for line in done.stdout.splitlines() if "req/s" in line), flush=True)
+    if done.returncode not in (0, 1):  # 1: no level meets the (default) SLO; the profile stands
         raise SystemExit(f"tokenfleet bench replica failed: {done.stderr[-2000:]}")
     return planning.Profile.model_validate(json.loads((out / "profile.json").read_text()))
 
