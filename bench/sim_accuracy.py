@@ -17,12 +17,26 @@ model by construction, so it says nothing of how well that model fits a GPU (tha
 
     .venv/bin/python bench/sim_accuracy.py [--scenario steady --scenario step ...] [--out DIR]
     .venv/bin/python bench/sim_accuracy.py --platform-from DIR    # the simulator only, again
+
+``--engine vllm-cpu`` measures the replica model too, out of sample. It starts
+``TOKENFLEET_ENGINE=vllm-cpu make up``'s platform in a state folder of its own (the chart on the
+real node, example 10's CPU pool of real vLLM pods; ``down`` at the end), profiles the pool's
+engine with ``tokenfleet bench replica`` against its pod, calibrates the simulator from that
+profile (``tokenfleet.sim.calibrate``) and the engine's measured cold start, fits one constant
+(the request path's time) on ``bench/accuracy/vllm-cpu/calibrate.yaml``'s run, and only then
+runs the held-out scenarios (another seed, a burst, a scale-up from one engine to two), each
+judged against the simulator with that calibration:
+
+    .venv/bin/python bench/sim_accuracy.py --engine vllm-cpu
+    .venv/bin/python bench/sim_accuracy.py --engine vllm-cpu --platform-from DIR   # sim again
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
+import ipaddress
 import json
 import os
 import subprocess
@@ -39,8 +53,10 @@ import yaml
 
 from tokenfleet.api import labels
 from tokenfleet.api.base import API_GROUP, API_VERSION
-from tokenfleet.devstack import platform
+from tokenfleet.capacity import planning
+from tokenfleet.devstack import platform, realnode
 from tokenfleet.sim import traffic
+from tokenfleet.sim.calibrate import calibrate
 from tokenfleet.sim.engine import Simulation
 from tokenfleet.sim.result import Result
 from tokenfleet.sim.scenario import Performance, Scenario
@@ -254,11 +270,18 @@ def arrivals(scenario: Scenario) -> Iterator[tuple[float, int, int]]:
 
 
 async def one_request(
-    session: aiohttp.ClientSession, url: str, key: str, *, index: int, prompt: int, output: int
+    session: aiohttp.ClientSession,
+    url: str,
+    key: str,
+    *,
+    index: int,
+    prompt: int,
+    output: int,
+    model: str = MODEL,
 ) -> dict[str, Any]:
     """A streamed completion: its outcome, TTFT and mean inter-token time."""
     body = {
-        "model": MODEL,
+        "model": model,
         # one token per word (the engine simulator's tokenizer); the first word makes every
         # prompt unique, so no two requests share a prefix (as the scenario has none)
         "prompt": f"r{index} " + "w " * (prompt - 1),
@@ -298,7 +321,9 @@ async def one_request(
     }
 
 
-async def replay(stack: Stack, scenario: Scenario, sampler: Sampler) -> list[dict[str, Any]]:
+async def replay(
+    stack: Stack, scenario: Scenario, sampler: Sampler, model: str = MODEL
+) -> list[dict[str, Any]]:
     """The scenario's arrivals at their times (late ones count their lateness as TTFT)."""
     url, key = stack.gateway + "/v1/completions", stack.api_key
     connector = aiohttp.TCPConnector(limit=0)
@@ -333,7 +358,9 @@ async def replay(stack: Stack, scenario: Scenario, sampler: Sampler) -> list[dic
         background = [asyncio.create_task(sample()), asyncio.create_task(lose())]
         for index, (at, prompt, output) in enumerate(arrivals(scenario)):
             await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
-            request = one_request(session, url, key, index=index, prompt=prompt, output=output)
+            request = one_request(
+                session, url, key, index=index, prompt=prompt, output=output, model=model
+            )
             results.append(asyncio.create_task(request))
             if index % 500 == 0:
                 print(f"  {at:5.0f} s: {index} requests sent", flush=True)
@@ -366,6 +393,13 @@ def on_platform(stack: Stack, scenario: Scenario) -> dict[str, Any]:
     requests = asyncio.run(replay(stack, scenario, sampler))
     busy = sampler.machine_busy()
     stack.kubectl("delete", "-f", "-", "--wait=true", stdin=yaml.safe_dump_all(manifests(scenario)))
+    return reduce(scenario, requests, sampler, busy)
+
+
+def reduce(
+    scenario: Scenario, requests: list[dict[str, Any]], sampler: Sampler, busy: float
+) -> dict[str, Any]:
+    """A platform run's figures, reduced as the simulator's are."""
     slo = scenario.slo_of(scenario.streams[0].cls)
     served = [r for r in requests if r["outcome"] == "served"]
     ttft = np.array([r["ttft"] for r in served] or [0.0])
@@ -494,6 +528,297 @@ def plot(out: Path, runs: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> P
     return path
 
 
+# ---- the real engine (--engine vllm-cpu) ---------------------------------------------------
+
+REAL_SCENARIOS = SCENARIOS / "vllm-cpu"
+#: The one scenario whose platform run is fitted on (the request path's time, a constant); the
+#: others are judged only, with the calibration fixed before they run.
+CALIBRATION = "calibrate"
+#: Judged only, in this order: the scale-up last, so its second engine outlives no scenario.
+HELD_OUT = ("seed", "burst", "scale-up")
+REAL_MODEL = "tiny-llama"  # example 10's ModelDeployment on the pool cpu-pool
+#: `tokenfleet bench replica` against the engine's pod: closed-loop streams up to the engine's
+#: batch (example 10: maxNumSeqs 8), each level this long, at the scenarios' mean sizes.
+PROFILE_STREAMS = "1,2,4,8"
+PROFILE_SECONDS = 15
+PROFILE_INPUT_WORDS = 100
+PROFILE_OUTPUT_TOKENS = 32
+#: Idle before each scenario: the operator's rate signals read Prometheus over [1m], so the
+#: previous scenario's tokens would otherwise still count (the simulator starts from nothing).
+QUIET_SECONDS = 60
+TOKENFLEET = Path(sys.executable).parent / "tokenfleet"
+
+
+class RealStack(Stack):
+    """`TOKENFLEET_ENGINE=vllm-cpu make up`'s platform (the chart on the real node, example 10's
+    CPU pool of real vLLM pods) in a state folder of its own, on free ports and its own pod
+    octet; stopped with `down` on the way out, whatever happened."""
+
+    def __enter__(self) -> RealStack:
+        argv = [sys.executable, "-m", "tokenfleet.devstack", "up", "--state-dir", str(self.state)]
+        argv += ["--bin-dir", str(BIN), "--ports", "auto", "--pod-octet", "auto"]
+        argv += ["--real-node", "--engine", "vllm-cpu"]
+        print(f"  devstack up --state-dir {self.state} ...", flush=True)
+        try:
+            done = subprocess.run(
+                argv, cwd=REPO, capture_output=True, text=True, timeout=1500, check=False
+            )
+            if done.returncode != 0:
+                raise SystemExit(f"devstack up failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+            self.info = json.loads((self.state / "stack.json").read_text())
+            # the simulated GPU pools make up applies would share the machine with the engines
+            for example in ("02-model-deployment", "01-three-zone-pool"):
+                self.kubectl("delete", "-f", str(REPO / "examples" / example), "--wait=true")
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.down()
+
+    def down(self) -> None:
+        argv = [sys.executable, "-m", "tokenfleet.devstack", "down", "--state-dir", str(self.state)]
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
+        print(f"  devstack down: {done.stdout.strip()} {done.stderr.strip()}", flush=True)
+
+
+def live_pods(stack: Stack, pool: str) -> list[dict[str, Any]]:
+    """The pool's pods not terminating and not finished."""
+    pods = stack.kubectl("get", "pods", "-l", f"{labels.POOL}={pool}", "-o", "json")["items"]
+    return [
+        p
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+        and p["status"].get("phase") not in ("Succeeded", "Failed")
+    ]
+
+
+def ready(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod's Ready condition when it is true."""
+    for c in pod["status"].get("conditions", []):
+        if c["type"] == "Ready" and c["status"] == "True":
+            return dict(c)
+    return None
+
+
+def wait_replicas(
+    stack: Stack, pool: str, count: int, timeout: float = 900
+) -> list[dict[str, Any]]:
+    """Until the pool has exactly ``count`` pods, all Ready."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = live_pods(stack, pool)
+        if len(pods) == count and all(ready(p) for p in pods):
+            return pods
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{pool}: not {count} Ready pods after {timeout:.0f} s")
+        time.sleep(2)
+
+
+def cold_start(pod: dict[str, Any]) -> float:
+    """Seconds from the pod's creation to Ready (verify, load, first probe), to the second."""
+    condition = ready(pod)
+    assert condition is not None
+    created = datetime.datetime.fromisoformat(pod["metadata"]["creationTimestamp"])
+    return (
+        datetime.datetime.fromisoformat(condition["lastTransitionTime"]) - created
+    ).total_seconds()
+
+
+def profile_replica(pod: dict[str, Any], out: Path) -> planning.Profile:
+    """`tokenfleet bench replica` against the engine's pod on the node's bridge (not the
+    gateway): one replica's capacity profile."""
+    ip = pod["status"]["podIP"]
+    if ipaddress.ip_address(ip) not in ipaddress.ip_network(realnode.SUBNET):
+        raise SystemExit(f"the engine pod's address {ip} is not on the bridge {realnode.SUBNET}")
+    port = next(
+        p["containerPort"]
+        for c in pod["spec"]["containers"]
+        for p in c.get("ports", [])
+        if p.get("name") == "http"
+    )
+    argv = [str(TOKENFLEET), "bench", "replica", "--url", f"http://{ip}:{port}"]
+    argv += ["--model", REAL_MODEL, "--max-num-seqs", "8", "--concurrency", PROFILE_STREAMS]
+    argv += ["--seconds", str(PROFILE_SECONDS), "--input-words", str(PROFILE_INPUT_WORDS)]
+    argv += ["--output-tokens", str(PROFILE_OUTPUT_TOKENS)]
+    argv += ["--out", str(out / "profile.json"), "--plot", str(out / "profile.png")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    print("\n".join(line for line in done.stdout.splitlines() if "req/s" in line), flush=True)
+    if done.returncode not in (0, 1):  # 1: no level meets the (default) SLO; the profile stands
+        raise SystemExit(f"tokenfleet bench replica failed: {done.stderr[-2000:]}")
+    return planning.Profile.model_validate(json.loads((out / "profile.json").read_text()))
+
+
+def performed(scenario: Scenario, performance: Performance) -> Scenario:
+    """The scenario with the calibrated replica."""
+    return scenario.model_copy(update={"performance": performance})
+
+
+def pool_manifest(scenario: Scenario) -> dict[str, Any]:
+    (pool,) = scenario.pools
+    return {
+        "apiVersion": "tokenfleet.io/v1alpha1",
+        "kind": "InferencePool",
+        "metadata": {"name": pool.name, "namespace": NAMESPACE},
+        "spec": pool.spec.model_dump(by_alias=True, exclude_defaults=True, mode="json"),
+    }
+
+
+def on_real_platform(stack: Stack, scenario: Scenario) -> dict[str, Any]:
+    """The scenario's pool spec applied to example 10's pool (its real engines stay), then
+    its trace replayed through the chart's gateway to the model the pool serves."""
+    (pool,) = scenario.pools
+    initial = pool.initial_replicas or pool.spec.replicas.min
+    # idle first, under the previous spec: applied at once, a spec allowing more replicas let
+    # the previous scenario's last minute of queue waits scale it before it started
+    print(f"  {QUIET_SECONDS} s idle (the operator's [1m] signals)", flush=True)
+    time.sleep(QUIET_SECONDS)
+    stack.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pool_manifest(scenario)))
+    wait_replicas(stack, pool.name, initial)
+    time.sleep(5)  # the operator's first decision on the new spec
+    if len(live_pods(stack, pool.name)) != initial:
+        raise SystemExit(f"{scenario.name}: the pool left {initial} replicas before it started")
+    print(f"  {initial} replica(s) ready", flush=True)
+    sampler = Sampler(stack, pool.name)
+    sampler.reset()
+    print(f"  replaying {scenario.duration_seconds:.0f} s", flush=True)
+    requests = asyncio.run(replay(stack, scenario, sampler, REAL_MODEL))
+    return reduce(scenario, requests, sampler, sampler.machine_busy())
+
+
+def real_scenarios(names: list[str] | None) -> list[Scenario]:
+    """The calibration scenario first, then the held-out ones."""
+    chosen = names or list(HELD_OUT)
+    ordered = [CALIBRATION] + [n for n in chosen if n != CALIBRATION]
+    return [
+        Scenario.model_validate(yaml.safe_load((REAL_SCENARIOS / f"{n}.yaml").read_text()))
+        for n in ordered
+    ]
+
+
+def fit(
+    profile: planning.Profile, cold: float, calibration: Scenario, real: dict[str, Any]
+) -> tuple[Performance, dict[str, Any]]:
+    """The replica from the profile and the measured cold start; the request path's time from
+    the calibration scenario's TTFT p50 gap (the one figure fitted on a platform run)."""
+    base = calibrate(profile, calibration.performance).model_copy(
+        update={"cold_start_seconds": cold, "request_overhead_seconds": 0.0}
+    )
+    sim = in_simulator(performed(calibration, base))
+    overhead = max(0.0, real["ttft_p50"] - sim["ttft_p50"])
+    performance = base.model_copy(update={"request_overhead_seconds": overhead})
+    inputs = {
+        "profile": profile.to_wire(),
+        "coldStartSeconds": cold,
+        "fittedOnCalibrationRun": {
+            "scenario": calibration.name,
+            "platformTtftP50": real["ttft_p50"],
+            "simulatorTtftP50WithoutOverhead": sim["ttft_p50"],
+            "requestOverheadSeconds": overhead,
+        },
+        "performance": performance.model_dump(by_alias=True, mode="json"),
+    }
+    return performance, inputs
+
+
+def run_real(args: argparse.Namespace) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Calibrate on the engine's profile and the calibration scenario, then run the held-out
+    scenarios on the platform; the simulator's side comes after the platform is down."""
+    scenarios = real_scenarios(args.scenario)
+    calibration, held_out = scenarios[0], scenarios[1:]
+    reals: dict[str, dict[str, Any]] = {}
+    if args.calibration_from:  # held-out scenarios only, against a calibration already made
+        inputs = json.loads((args.calibration_from / "calibration.json").read_text())
+        (args.out / "calibration.json").write_text(json.dumps(inputs, indent=1))
+        performance = Performance.model_validate(inputs["performance"])
+        scenarios = held_out
+        print("starting the real-engine platform ...", flush=True)
+        with RealStack() as stack:
+            for scenario in held_out:
+                print(f"{scenario.name}: {scenario.description}", flush=True)
+                reals[scenario.name] = on_real_platform(stack, scenario)
+                save(args.out, scenario.name, reals[scenario.name])
+    elif args.platform_from:
+        inputs = json.loads((args.platform_from / "calibration.json").read_text())
+        performance = Performance.model_validate(inputs["performance"])
+        for scenario in scenarios:
+            saved = json.loads((args.platform_from / f"{scenario.name}.json").read_text())
+            reals[scenario.name] = saved["platform"]
+    else:
+        print("starting the real-engine platform ...", flush=True)
+        with RealStack() as stack:
+            (pod,) = wait_replicas(stack, calibration.pools[0].name, 1)
+            cold = cold_start(pod)
+            print(f"  the pool's first engine: created to Ready in {cold:.0f} s", flush=True)
+            profile = profile_replica(pod, args.out)
+            print(f"{calibration.name}: {calibration.description}", flush=True)
+            reals[calibration.name] = on_real_platform(stack, calibration)
+            save(args.out, calibration.name, reals[calibration.name])
+            performance, inputs = fit(profile, cold, calibration, reals[calibration.name])
+            (args.out / "calibration.json").write_text(json.dumps(inputs, indent=1))
+            print(f"  calibrated: {json.dumps(inputs['performance'])}", flush=True)
+            for scenario in held_out:
+                print(f"{scenario.name}: {scenario.description}", flush=True)
+                reals[scenario.name] = on_real_platform(stack, scenario)
+                save(args.out, scenario.name, reals[scenario.name])
+    return {
+        s.name: (in_simulator(performed(s, performance)), reals[s.name])
+        for s in scenarios
+        if s.name in reals
+    }
+
+
+def save(out: Path, name: str, real: dict[str, Any], sim: dict[str, Any] | None = None) -> None:
+    (out / f"{name}.json").write_text(json.dumps({"simulator": sim, "platform": real}, indent=1))
+
+
+#: The figures the out-of-sample summary judges (issue #33): TTFT p50/p99, goodput, replicas
+#: over time (the ready curve's gap) and GPU-hours (replica-hours of the CPU pool).
+SUMMARY = ("ttft_p50", "ttft_p99", "goodput", "ready curve", "gpu_hours")
+
+
+def summary(
+    runs: dict[str, tuple[dict[str, Any], dict[str, Any]]], scenarios: dict[str, Scenario]
+) -> list[str]:
+    """Each held-out figure's error, their median and the worst (absolute). A pool whose
+    replicas.min is its max fixes its replica figures by construction: they are shown, not
+    counted."""
+    rows: list[tuple[str, str, float, float, float, bool]] = []
+    for name, (sim, real) in runs.items():
+        if name == CALIBRATION:
+            continue
+        (pool,) = scenarios[name].pools
+        fixed = pool.spec.replicas.min == pool.spec.replicas.max
+        for figure in SUMMARY:
+            if figure == "ready curve":  # the mean ready replicas, the curves' gap
+                gap = replica_error(sim["ready"], real["ready"])
+                rows.append((name, figure, sim["mean_ready"], real["mean_ready"], gap, fixed))
+            else:
+                e = error(sim[figure], real[figure])
+                rows.append(
+                    (name, figure, sim[figure], real[figure], e, fixed and figure == "gpu_hours")
+                )
+    if not rows:
+        return []
+    lines = ["out of sample (calibrated on the profile and calibrate.yaml only):"]
+    lines.append(f"  {'scenario':10} {'figure':12} {'simulator':>10} {'platform':>10} {'error':>8}")
+    for name, figure, sim_value, real_value, e, pinned in rows:
+        note = "  (fixed by the pool: not counted)" if pinned else ""
+        lines.append(
+            f"  {name:10} {figure:12} {sim_value:10.4g} {real_value:10.4g} {e * 100:7.1f}%{note}"
+        )
+    counted = [r for r in rows if not r[5]]
+    errors = [abs(r[4]) for r in counted]
+    worst = max(counted, key=lambda r: abs(r[4]))
+    lines.append(
+        f"  median |error| {np.median(errors) * 100:.1f} % over {len(counted)} figures; "
+        f"{sum(e <= TOLERANCE for e in errors)} within 10 %; worst {worst[0]} {worst[1]} "
+        f"{worst[4] * 100:+.1f} %"
+    )
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -506,7 +831,37 @@ def main() -> int:
         help="a previous run's --out: compare the simulator with its platform figures again "
         "instead of running the platform (to calibrate)",
     )
+    parser.add_argument(
+        "--engine",
+        choices=("simulator", "vllm-cpu"),
+        default="simulator",
+        help="vllm-cpu: real vLLM on the real node (scenarios under bench/accuracy/vllm-cpu/), "
+        "the simulator calibrated from its replica profile and judged on held-out scenarios",
+    )
+    parser.add_argument(
+        "--calibration-from",
+        type=Path,
+        help="with --engine vllm-cpu: a previous run's --out whose calibration.json to judge "
+        "the held-out --scenario runs with (no profile, no calibration run)",
+    )
     args = parser.parse_args()
+    if args.engine == "vllm-cpu":
+        if args.out == REPO / ".tokenfleet" / "bench" / "accuracy":
+            args.out = args.out / "vllm-cpu"
+        args.out.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        real_runs = run_real(args)
+        for name, (sim, real) in real_runs.items():
+            save(args.out, name, real, sim)
+        print()
+        for name, (sim, real) in real_runs.items():
+            held = " (calibration: in sample)" if name == CALIBRATION else " (held out)"
+            print("\n".join(report(name + held, sim, real)))
+        known = {s.name: s for s in real_scenarios(list(real_runs))}
+        print("\n".join(summary(real_runs, known)))
+        print(f"\nplot {plot(args.out, real_runs)}; figures {args.out}/*.json")
+        print(f"wall time {time.monotonic() - started:.0f} s")
+        return 0
     names = args.scenario or [p.stem for p in sorted(SCENARIOS.glob("*.yaml"))]
     scenarios = [
         Scenario.model_validate(yaml.safe_load((SCENARIOS / f"{n}.yaml").read_text()))
