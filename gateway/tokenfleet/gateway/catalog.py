@@ -224,11 +224,20 @@ def tenant_of(key: str, spec: TenantSpec) -> Tenant:
             tokens_per_day=q.tokens_per_day,
             max_concurrent=q.max_concurrent,
         ),
-        cache_group=spec.cache_isolation.group
-        if spec.cache_isolation.mode == "SharedGroup"
-        else "",
+        cache_group=_group_of(key, spec),
         max_tokens_cap=spec.max_tokens_cap,
     )
+
+
+def _group_of(key: str, spec: TenantSpec) -> str:
+    """The tenant's cache group, scoped to its namespace: a Tenant of another namespace that
+    names the same group joins a different one (its prefix and response caches stay apart).
+    A static configuration's tenants have no namespace: their groups are the file's."""
+    iso = spec.cache_isolation
+    if iso.mode != "SharedGroup" or not iso.group:
+        return ""
+    namespace = key.partition("/")[0] if "/" in key else ""
+    return f"{namespace}/{iso.group}" if namespace else iso.group
 
 
 def key_hashes(secret: Mapping[str, Any]) -> list[str]:

@@ -59,9 +59,15 @@ def facts(
     """What the route's rules read about this request (``headers`` look up case-insensitively,
     as aiohttp's do)."""
     scorer = entry.classifier if entry.scores else None
+    # a route's rules name tenants and groups of its own namespace: a caller from another
+    # namespace is matched by its qualified name, which no rule's bare name equals
+    own = tenant.namespace == entry.namespace
+    group = tenant.cache_group
+    if own and tenant.namespace and group.startswith(tenant.namespace + "/"):
+        group = group.partition("/")[2]
     return model_routes.Facts(
-        tenant=tenant.name,
-        group=tenant.cache_group,
+        tenant=tenant.name if own else tenant.key,
+        group=group,
         headers=headers,
         prompt_tokens=parsed.prompt_tokens,
         max_tokens=parsed.max_tokens,

@@ -159,3 +159,32 @@ def test_the_response_cache_comes_from_the_spec(
     )
     found = cat.models["llama"].response_cache
     assert ((found.ttl_seconds, found.max_entry_bytes) if found else None) == expected
+
+
+def test_a_cache_group_is_scoped_to_its_namespace() -> None:
+    """Two namespaces' Tenants that name the same cacheIsolation.group share no cache: the
+    group is namespace/group, so their cache_salt differs; within one namespace they share it;
+    a static file's tenants keep the bare name (finding 4 of issue 35: groups were global)."""
+    from tokenfleet.api.tenant import TenantSpec
+    from tokenfleet.gateway.policy.salt import cache_salt
+
+    shared = TenantSpec.model_validate(
+        {
+            "apiKeySecretRef": {"name": "k"},
+            "allowedModels": ["*"],
+            "cacheIsolation": {"mode": "SharedGroup", "group": "evals"},
+        }
+    )
+    a1, a2 = catalog.tenant_of("a/one", shared), catalog.tenant_of("a/two", shared)
+    b = catalog.tenant_of("b/one", shared)
+    assert (a1.cache_group, b.cache_group) == ("a/evals", "b/evals")
+
+    def salt(t: catalog.Tenant) -> str:
+        return cache_salt(secret=b"s", tenant=t.key, group=t.cache_group)
+
+    assert salt(a1) == salt(a2) != salt(b)
+    assert catalog.tenant_of("one", shared).cache_group == "evals"
+    isolated = TenantSpec.model_validate(
+        {"apiKeySecretRef": {"name": "k"}, "allowedModels": ["*"]}
+    )
+    assert catalog.tenant_of("a/one", isolated).cache_group == ""

@@ -297,3 +297,41 @@ def test_the_static_file_serves_the_example_route_with_its_classifier() -> None:
         config_maps={},
     )
     assert not blind.scores and "not found" in blind.classifier_problem
+
+
+@pytest.mark.parametrize(
+    ("key", "group", "expected"),
+    [
+        pytest.param("team/acme", "", "large", id="the-routes-own-tenant"),
+        pytest.param("other/acme", "", "small", id="same-name-another-namespace"),
+        pytest.param("team/evals-bot", "evals", "large", id="the-routes-own-group"),
+        pytest.param("other/evals-bot", "evals", "small", id="same-group-another-namespace"),
+    ],
+)
+def test_route_rules_name_tenants_and_groups_of_the_routes_namespace(
+    key: str, group: str, expected: str
+) -> None:
+    """A rule for tenant acme or group evals of namespace team does not match a Tenant that
+    another namespace calls acme, or that joins its own namespace's evals (finding 4 of issue
+    35: rules matched bare names across namespaces)."""
+    from tokenfleet.api.tenant import TenantSpec
+
+    rules = [
+        {"name": "vip", "match": {"tenants": ["acme"]}, "targets": [{"model": "large"}]},
+        {"name": "evals", "match": {"tenantGroups": ["evals"]}, "targets": [{"model": "large"}]},
+    ]
+    c = cluster(obj(spec(rules=rules), "auto"))
+    iso = {"mode": "SharedGroup", "group": group} if group else {}
+    who = catalog.tenant_of(
+        key,
+        TenantSpec.model_validate(
+            {
+                "apiKeySecretRef": {"name": "k"},
+                "allowedModels": ["chat-auto"],
+                "cacheIsolation": iso,
+            }
+        ),
+    )
+    directed = model_routing.direct(c, who, parsed(), headers={}, draw=lambda: 0.5)
+    assert isinstance(directed, model_routing.Directed)
+    assert directed.parsed.model == expected, directed.header
