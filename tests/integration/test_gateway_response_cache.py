@@ -70,7 +70,7 @@ def config(sims: dict[str, Sim]) -> dict[str, Any]:
         ]
         + [{"name": "plain", "endpoints": [sims["plain"].url]}],
         "tenants": [
-            tenant("a", quotas={"tokensPerMinute": 100000}),
+            tenant("a", quotas={"tokensPerMinute": 100000}, revisionPinning=True),
             tenant("b"),
             tenant("evals-1", **group),
             tenant("evals-2", **group),

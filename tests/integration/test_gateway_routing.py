@@ -1,11 +1,10 @@
 """Routing and resilience against real simulated vLLM processes (static-mode gateway):
-
 prefix affinity vs round robin with KV-cache simulation and a per-token prefill cost; retries
 recovering injected 5xx within the budget; the budget capping amplification in a total outage;
-outlier ejection; a worker killed mid-stream (error event, no retry); a 90/10 revision split
-and the revision pin; fallback when the primary has no room or no ready replica; the
-cold-start hold; two pools by context bucket; batch traffic to a pool dedicated to it; zone
-preference.
+outlier ejection; a worker killed mid-stream (error event, no retry); a 90/10 revision split and
+the revision pin (only for a tenant granted it); fallback when the primary has no room or no
+ready replica; the cold-start hold; two pools by context bucket; batch traffic to a pool
+dedicated to it; zone preference.
 """
 
 from __future__ import annotations
@@ -220,20 +219,26 @@ def test_revision_weights_split_traffic_and_a_header_pins_a_revision(tmp: Path) 
         entry("m", [stable], revision="stable", weight=90),
         entry("m", [canary], revision="canary", weight=10),
     ]
-    with running(start_gateway(tmp, static(models), "--no-access-log")) as g:
+    pinning_key = "tfk-routing-pin-" + "0" * 26
+    config = static(models)
+    config["tenants"].append(
+        {"name": "qa", "apiKeyHashes": [key_hash(pinning_key)], "allowedModels": ["*"],
+         "revisionPinning": True}
+    )  # fmt: skip
+    with running(start_gateway(tmp, config, "--no-access-log")) as g:
         body = {"model": "m", "prompt": "hi", "max_tokens": 1}
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             served = Counter(
                 h.get("X-TokenFleet-Revision")
                 for _, h, _, _ in pool.map(lambda _: post(g, body), range(2000))
             )
+        pin = {"X-TokenFleet-Revision": "canary", "Authorization": f"Bearer {pinning_key}"}
         pinned = Counter(
-            post(g, body, headers={"X-TokenFleet-Revision": "canary"})[1].get(
-                "X-TokenFleet-Revision"
-            )
-            for _ in range(20)
+            post(g, body, headers=pin)[1].get("X-TokenFleet-Revision") for _ in range(20)
         )
-        unknown = post(g, body, headers={"X-TokenFleet-Revision": "nope"})[0]
+        unknown = post(g, body, headers={**pin, "X-TokenFleet-Revision": "nope"})[0]
+        # a tenant not granted pinning cannot steer requests into a canary's analysis
+        status, _, refusal, _ = post(g, body, headers={"X-TokenFleet-Revision": "canary"})
     stable.kill()
     canary.kill()
     assert sum(served.values()) == 2000 and set(served) == {"stable", "canary"}
@@ -241,6 +246,7 @@ def test_revision_weights_split_traffic_and_a_header_pins_a_revision(tmp: Path) 
     assert 140 <= served["canary"] <= 260, served
     assert pinned == {"canary": 20}
     assert unknown == 503
+    assert status == 403 and b"revision_pin_not_allowed" in refusal, refusal
 
 
 def test_fallback_model_takes_requests_the_primary_has_no_room_for(tmp: Path) -> None:

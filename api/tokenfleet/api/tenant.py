@@ -138,6 +138,12 @@ class TenantSpec(Model):
     cache_isolation: CacheIsolation = Field(
         default_factory=CacheIsolation, description="Prefix-cache sharing policy."
     )
+    revision_pinning: bool = Field(
+        default=False,
+        description="May send X-TokenFleet-Revision to pin a request to one revision (tests, "
+        "operators' tools). A pinned request bypasses the canary weights and counts in that "
+        "revision's analysis, so it is refused (403) for tenants not granted it.",
+    )
     max_tokens_cap: int | None = Field(
         default=None, ge=1, description="Largest max_tokens a request may ask for."
     )

@@ -73,6 +73,7 @@ class Tenant:
     limits: quotas.Limits
     cache_group: str = ""
     max_tokens_cap: int | None = None
+    revision_pinning: bool = False  # may send X-TokenFleet-Revision
     share: int = 1  # weight among the tenants of its class (fair queuing)
     budget: Budget | None = None
 
@@ -226,6 +227,7 @@ def tenant_of(key: str, spec: TenantSpec) -> Tenant:
         ),
         cache_group=_group_of(key, spec),
         max_tokens_cap=spec.max_tokens_cap,
+        revision_pinning=spec.revision_pinning,
     )
 
 

@@ -17,9 +17,16 @@ from tokenfleet.gateway.intake import Bodies, authenticate
 from tokenfleet.gateway.live import Live
 from tokenfleet.gateway.placement import Admitted, place, spare_for
 from tokenfleet.gateway.policy import bodies, deadlines, usage
-from tokenfleet.gateway.policy.rejections import Rejected
+from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.policy.salt import cache_salt
 from tokenfleet.gateway.stages import context, events
+
+#: A revision pin from a tenant not granted it (Tenant.spec.revisionPinning).
+PIN_REFUSED = Rejected(
+    reason=Reason.REVISION_PIN_NOT_ALLOWED,
+    message="this tenant may not pin a revision (X-TokenFleet-Revision); its Tenant needs "
+    "spec.revisionPinning: true",
+)
 
 
 class Intake:
@@ -45,6 +52,8 @@ class Intake:
         tenant = authenticate(catalog, request.headers.get("Authorization"))  # 1 authenticate
         if isinstance(tenant, Rejected):
             return tenant
+        if passage.identity.pinned is not None and not tenant.revision_pinning:
+            return refused(trace, PIN_REFUSED, tenant=tenant)  # a pin skews a canary's analysis
         parsed = await self._bodies.parse(  # 2 validate (its cost held until release)
             request, passage.identity.kind, tenant=tenant.key, holder=passage
         )
