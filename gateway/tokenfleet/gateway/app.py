@@ -116,7 +116,7 @@ async def readyz(request: web.Request) -> web.Response:
     checks = {
         "catalog": state.live.loaded,
         "tenants": bool(catalog.tenants_by_key_hash),
-        "endpoints": bool(catalog.endpoints.endpoints),
+        "answers": catalog.answerable(),  # an endpoint, a model to hold for, or a spill route
         "quota_backend": state.quotas.healthy or state.settings.quota_failure == "open",
         "draining": not state.draining,
     }

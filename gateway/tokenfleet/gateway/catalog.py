@@ -121,6 +121,16 @@ class Catalog:
     def with_endpoints(self, endpoints: Snapshot) -> Catalog:
         return dataclasses.replace(self, endpoints=endpoints)
 
+    def answerable(self) -> bool:
+        """Whether a request can get more than a 404 here: a ready endpoint, a model to hold
+        for while its pool starts from zero (the cold-start hold) or to fall back from, or a
+        route that spills to another region. Readiness needs this, not a ready endpoint: with
+        every local pool lost or at zero the gateway must stay in its Service to hold and spill
+        (issue 35, finding 7)."""
+        return bool(self.endpoints.endpoints or self.models) or any(
+            r.remotes for r in self.routes.values()
+        )
+
     def adapter(self, name: str, namespace: str = "") -> Adapter | None:
         """The adapter ``name`` means to a caller in ``namespace``: its own namespace's, else
         the first by namespace/name (which the caller may then not use: 403, not 404)."""

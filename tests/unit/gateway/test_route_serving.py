@@ -335,3 +335,16 @@ def test_route_rules_name_tenants_and_groups_of_the_routes_namespace(
     directed = model_routing.direct(c, who, parsed(), headers={}, draw=lambda: 0.5)
     assert isinstance(directed, model_routing.Directed)
     assert directed.parsed.model == expected, directed.header
+
+
+def test_a_gateway_whose_pools_are_all_at_zero_still_answers() -> None:
+    """Readiness is "can answer or spill" (issue 35, finding 7): models whose pools have no
+    ready pod (lost, or scaled to zero) keep the gateway answerable — it holds for a cold
+    start, falls back or spills — where the old check (a ready endpoint) took every gateway pod
+    out of its Service. An empty catalog does not answer."""
+    at_zero = cluster()
+    assert not at_zero.endpoints.endpoints  # the old readiness check: not Ready
+    assert at_zero.answerable()
+    assert not catalog.from_objects(
+        pools=[], models=[], tenants=[], secrets=[], pods=[]
+    ).answerable()
