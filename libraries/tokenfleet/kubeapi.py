@@ -12,6 +12,7 @@ path, and the package's own client is synchronous.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import ssl
@@ -106,6 +107,20 @@ def _event(line: bytes) -> tuple[str, Obj]:
     if kind in ("ADDED", "MODIFIED", "DELETED"):
         _uid(obj)
     return kind, obj
+
+
+#: Seconds the API server keeps one watch open (timeoutSeconds); the watch then resumes from
+#: the last version seen.
+WATCH_SECONDS = 60
+
+
+@dataclasses.dataclass(slots=True)
+class _Cursor:
+    """Where a watch resumes: the last resourceVersion seen; None once the server said it is
+    too old (relist)."""
+
+    version: str | None
+    began: float = 0.0  # when the last watch from it began (time.monotonic)
 
 
 class ApiError(Exception):
@@ -279,21 +294,37 @@ class KubeApi:
                 version = listed["metadata"].get("resourceVersion")
                 if not isinstance(version, str):
                     raise MalformedEvent("a list answer without a resourceVersion")
-                async for kind, obj in self._watch(path, query, version):
-                    uid = _uid(obj)
-                    if kind == "DELETED":
-                        known.pop(uid, None)
-                    else:
-                        known[uid] = obj
-                    yield kind, obj
+                cursor = _Cursor(version)
+                while cursor.version is not None:  # the server ends each watch: resume it
+                    began = time.monotonic()
+                    if began - cursor.began < 1.0:  # one that ended at once: not a hot loop
+                        await asyncio.sleep(1.0)
+                    cursor.began = time.monotonic()
+                    async for kind, obj in self._watch(path, query, cursor):
+                        uid = _uid(obj)
+                        if kind == "DELETED":
+                            known.pop(uid, None)
+                        else:
+                            known[uid] = obj
+                        yield kind, obj
             except (TimeoutError, aiohttp.ClientError, ApiError, MalformedEvent):
                 # MalformedEvent: an event may have been lost, so relist (level-based) rather
                 # than end the watch for good (issue 35: one bad line stopped a catalog watch)
                 await asyncio.sleep(1.0)
 
-    async def _watch(self, path: str, query: str, version: str) -> AsyncIterator[tuple[str, Obj]]:
-        url = f"{self._server}{path}?{query}watch=1&allowWatchBookmarks=1&resourceVersion={version}"
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
+    async def _watch(
+        self, path: str, query: str, cursor: _Cursor
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        """One watch from ``cursor``'s version, which each event (bookmarks too) moves on; the
+        server ends it after WATCH_SECONDS, so a watch that went silently dead (an API server
+        that stopped answering, then came back) is replaced within about a minute rather than
+        when the read times out. An ERROR (410 Gone: the version is too old) clears the cursor:
+        the caller relists."""
+        url = (
+            f"{self._server}{path}?{query}watch=1&allowWatchBookmarks=1"
+            f"&timeoutSeconds={WATCH_SECONDS}&resourceVersion={cursor.version}"
+        )
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=WATCH_SECONDS + 15)
         async with self._session.get(
             url,
             headers=self._headers(),
@@ -312,6 +343,10 @@ class KubeApi:
                     line, buffer = buffer.split(b"\n", 1)
                     kind, obj = _event(line)
                     if kind == "ERROR":  # typically 410 Gone: relist
+                        cursor.version = None
                         return
+                    seen = (obj.get("metadata") or {}).get("resourceVersion")
+                    if isinstance(seen, str) and seen:
+                        cursor.version = seen
                     if kind in ("ADDED", "MODIFIED", "DELETED"):
                         yield kind, obj

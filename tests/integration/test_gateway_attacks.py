@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import http.client
 import http.server
 import json
@@ -31,7 +32,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 import kubernetes
@@ -328,3 +329,63 @@ def test_a_malformed_watch_line_does_not_end_the_watch() -> None:
     finally:
         server.shutdown()
     assert seen[0] == "ADDED a" and "ADDED b" in seen
+
+
+class Resumed(http.server.BaseHTTPRequestHandler):
+    """A stand-in API server whose watches end at once (as the real one ends each at its
+    timeoutSeconds): the first carries an event at version 5, the next ones nothing. It records
+    every request's path."""
+
+    protocol_version = "HTTP/1.1"
+    paths: ClassVar[list[str]] = []
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        Resumed.paths.append(self.path)
+        if "watch=1" in self.path and "resourceVersion=1&" in self.path + "&":
+            meta = {"uid": "u2", "name": "b", "resourceVersion": "5"}
+            body = json.dumps({"type": "ADDED", "object": {"metadata": meta}}).encode() + b"\n"
+        elif "watch=1" in self.path:
+            body = b""
+        else:
+            items = [{"metadata": {"uid": "u1", "name": "a"}}]
+            body = json.dumps({"metadata": {"resourceVersion": "1"}, "items": items}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_watch_the_server_ends_resumes_from_its_last_version_without_a_relist() -> None:
+    """The gateway asks for bounded watches (timeoutSeconds), so a watch that went silently
+    dead — an API server that stopped answering and came back — is replaced within a minute;
+    each ended watch resumes from the last resourceVersion seen, not with a full list. (Before,
+    watches had no timeoutSeconds and were replaced only after 120 s without a byte, and an
+    ended watch relisted the collection.)"""
+    Resumed.paths = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Resumed)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    async def follow() -> None:
+        config = kubernetes.client.Configuration()
+        config.host = f"http://127.0.0.1:{server.server_address[1]}"
+        async with aiohttp.ClientSession() as session:
+            api = kubeapi.KubeApi(configuration=config, session=session)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(3):
+                    async for _kind, _obj in api.list_watch("/api/v1/pods"):
+                        pass
+
+    try:
+        asyncio.run(follow())
+    finally:
+        server.shutdown()
+    lists = [p for p in Resumed.paths if "watch=1" not in p]
+    watches = [p for p in Resumed.paths if "watch=1" in p]
+    assert len(lists) == 1, Resumed.paths  # never relisted
+    assert all(f"timeoutSeconds={kubeapi.WATCH_SECONDS}" in p for p in watches), watches
+    assert "resourceVersion=1" in watches[0] and len(watches) >= 2, watches
+    assert all("resourceVersion=5" in p for p in watches[1:]), watches

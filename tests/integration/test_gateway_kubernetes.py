@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -190,6 +193,52 @@ def test_keys_rotate_and_revoke(cluster: Cluster, ns: str, gateway: Gateway) -> 
         "the newest key",
         lambda: _works(openai.OpenAI(base_url=gateway.url + "/v1", api_key=newest, max_retries=0)),
     )
+
+
+def test_the_api_server_going_away_and_coming_back(
+    cluster: Cluster, ns: str, gateway: Gateway
+) -> None:
+    """The API server stops answering for 15 s (SIGSTOP: its connections hang, as in a
+    partition) and comes back (issue 35). Meanwhile the gateway serves from its last catalog and
+    stays Ready, and a key revoked before the outage stays revoked; afterwards its watches
+    resume (a key made after the outage works) and the operator acts on a change without a
+    restart."""
+    deploy(cluster, ns)
+    revoked = create_key(cluster, ns, "team")
+    old = openai.OpenAI(base_url=gateway.url + "/v1", api_key=revoked, max_retries=0)
+    wait_for("the first key to work", lambda: _works(old), timeout=30)
+    kept = create_key(cluster, ns, "team", "--replace")
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=kept, max_retries=0)
+    wait_for("the first key revoked", lambda: not _works(old), timeout=20)
+    wait_for("the new key", lambda: _works(client), timeout=20)
+    wait_for("3 endpoints", lambda: endpoints_metric(gateway, "kube-model") == 3, timeout=90)
+    apiserver = cluster.children()["kube-apiserver"]
+    os.kill(apiserver, signal.SIGSTOP)
+    try:
+        time.sleep(3)  # every watch now hangs
+        for _ in range(5):
+            answer = client.chat.completions.create(
+                model="kube-model", messages=[{"role": "user", "content": "x"}], max_tokens=2
+            )
+            assert answer.choices
+        assert not _works(old), "a revoked key came back while the API server was away"
+        assert gateway.get("/readyz")[0] == 200
+        time.sleep(12)
+        assert client.models.list().data and not _works(old)
+    finally:
+        os.kill(apiserver, signal.SIGCONT)
+    newest = create_key(cluster, ns, "team")  # added beside `kept` (no --replace)
+    fresh = openai.OpenAI(base_url=gateway.url + "/v1", api_key=newest, max_retries=0)
+    wait_for("a key made after the outage (the watch resumed)", lambda: _works(fresh), timeout=60)
+    assert not _works(old)
+    cluster.kubectl("patch", "tfpool", "kpool", "-n", ns, "--type", "merge", "-p",
+                    '{"spec": {"replicas": {"min": 6, "max": 6}}}')  # fmt: skip
+    wait_for(
+        "the operator to scale after the outage",
+        lambda: endpoints_metric(gateway, "kube-model") == 6,
+        timeout=120,
+    )
+    assert "Traceback" not in gateway.log.read_text()
 
 
 def test_gateway_account_is_read_only(cluster: Cluster, gateway_kubeconfig: Path) -> None:
