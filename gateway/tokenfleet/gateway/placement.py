@@ -125,10 +125,12 @@ def place(
 def spare_for(
     catalog: Catalog, primary: Target, *, tenant: Tenant, prompt_tokens: int
 ) -> Target | None:
-    """Where the model's fallback would run the request (any of its pools, by context bucket)."""
+    """Where the model's fallback would run the request (any of its pools, by context bucket);
+    None when there is none, or when the tenant may not call it: a fallback is another model,
+    and a tenant gets only the models its Tenant allows (issue 35, finding 4)."""
     model = primary.model
     spare = catalog.model(model.fallback, model.namespace) if model.fallback else None
-    if spare is None:
+    if spare is None or not tenant.may_use(spare.name, spare):
         return None
     return target(catalog, spare, tenant=tenant, prompt_tokens=prompt_tokens, dedicated="")
 

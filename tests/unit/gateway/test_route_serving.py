@@ -348,3 +348,30 @@ def test_a_gateway_whose_pools_are_all_at_zero_still_answers() -> None:
     assert not catalog.from_objects(
         pools=[], models=[], tenants=[], secrets=[], pods=[]
     ).answerable()
+
+
+@pytest.mark.parametrize(
+    ("allowed", "spare"),
+    [
+        pytest.param(("large", "small"), "small", id="allowed-both"),
+        pytest.param(("*",), "small", id="allowed-all"),
+        pytest.param(("large",), None, id="not-allowed-its-fallback"),
+    ],
+)
+def test_a_fallback_serves_only_tenants_allowed_to_call_it(
+    allowed: tuple[str, ...], spare: str | None
+) -> None:
+    """A fallback is another model: a tenant allowed only `large` does not get `small`'s
+    answers when `large` is full (finding 4 of issue 35: the fallback skipped the model check)."""
+    from tokenfleet.gateway import placement
+
+    large = deployment("large")
+    large["spec"]["fallback"] = {"model": "small"}
+    c = catalog.from_objects(
+        pools=[obj({}, "p")], models=[large, deployment("small")], tenants=[], secrets=[], pods=[]
+    )
+    who = tenant(allowed)
+    primary = placement.place(c, who, parsed(model="large"))
+    assert not isinstance(primary, Rejected), primary
+    chosen = placement.spare_for(c, primary, tenant=who, prompt_tokens=4)
+    assert (chosen.model.name if chosen else None) == spare
