@@ -41,6 +41,8 @@ def deploy(
     admission: dict[str, Any] | None = None,
     model: str = "auto-model",
     autoscaling: dict[str, Any] | None = None,
+    max_num_seqs: int = 1,
+    sim_args: str = "--inter-token-latency 60ms",
 ) -> None:
     cluster.apply(
         artifact.trust_secret(ns),
@@ -71,7 +73,7 @@ def deploy(
                 {
                     "model": {"name": model},
                     "pools": ["auto"],
-                    "engine": {"maxNumSeqs": 1},
+                    "engine": {"maxNumSeqs": max_num_seqs},
                     "artifact": artifact.spec(),
                 },
             ),
@@ -79,7 +81,7 @@ def deploy(
                 "name": "auto-model",
                 "namespace": ns,
                 "annotations": {
-                    labels.SIM_ARGS: "--inter-token-latency 60ms",
+                    labels.SIM_ARGS: sim_args,
                     labels.SIM_COLD_START: str(cold_start),
                 },
             },
@@ -206,6 +208,69 @@ def test_a_previewed_policy_shows_what_it_would_do_and_acts_once_promoted(
         '[{"op": "remove", "path": "/spec/autoscaling/preview"}]', check=False,
     )  # fmt: skip
     assert refused.returncode != 0 and "usePreview needs autoscaling.preview" in refused.stderr
+
+
+def test_a_tpot_objective_scales_the_pool_when_decode_contention_rises(
+    cluster: Cluster, ns: str, operator: Any
+) -> None:
+    """Engines of 8 sequences whose tokens slow as their batch grows (the simulator's
+    --time-factor-under-load 4: 20 ms a token alone, 80 ms at 8): 15 streams on 3 replicas run
+    5 each at about 54 ms a token, with nothing queued or waiting and the KV cache under its
+    target — only the 40 ms p95 TPOT objective sees it, and adds replicas; status shows the
+    objective, what was measured, and that it was missed."""
+    deploy(
+        cluster,
+        ns,
+        max_num_seqs=8,
+        sim_args="--inter-token-latency 20ms --time-factor-under-load 4",
+        autoscaling={
+            "targetWaitingPerReplica": 4,
+            "tpotObjective": {"percentile": 95, "milliseconds": 40},
+        },
+    )
+    wait_for("3 ready", lambda: pool_status(cluster, ns).get("readyReplicas") == 3, timeout=60)
+    quiet = pool_status(cluster, ns).get("autoscaling") or {}
+    assert [o["name"] for o in quiet.get("objectives", [])] == ["tpot"], quiet
+    with concurrent.futures.ThreadPoolExecutor(1) as background:
+        running = background.submit(load, cluster, ns, 15, 60)
+
+        def missed() -> dict[str, Any] | None:
+            auto = pool_status(cluster, ns).get("autoscaling") or {}
+            (tpot,) = auto.get("objectives") or [{}]
+            return auto if auto.get("demand", 0) > 3 and tpot.get("met") is False else None
+
+        auto = wait_for("a scale-up on the TPOT objective", missed, timeout=90, every=0.5)
+        (tpot,) = auto["objectives"]
+        assert tpot["observedMs"] > 40, tpot
+        raised = next(d for d in auto["decisions"] if d["replicas"] > 3)
+        assert raised["reason"] in ("TPOTObjective", "StepLimited"), raised
+        assert "TPOTObjective" in raised["message"], raised
+        recommended = auto["recommendations"]
+        assert recommended.get("WaitingRequests", 0) <= 3, recommended  # nothing else asked
+        assert recommended.get("QueueAge", 0) <= 3, recommended
+        assert running.result(timeout=180) >= 15  # the load really ran
+
+
+def test_a_forecast_reads_its_history_from_prometheus_and_says_what_it_lacks(
+    cluster: Cluster, ns: str, operator: Any
+) -> None:
+    """The forecast floor's range query runs against the real Prometheus: a new pool has no
+    offered-load history yet, so status says ShortHistory with the buckets a week needs, and
+    the floor is none (the pool stays at its minimum); the reactive signals still act."""
+    deploy(
+        cluster,
+        ns,
+        autoscaling={"forecast": {"requestsPerSecondPerReplica": 0.5, "historyDays": 8}},
+    )
+    wait_for("3 ready", lambda: pool_status(cluster, ns).get("readyReplicas") == 3, timeout=60)
+
+    def forecast() -> dict[str, Any] | None:
+        return (pool_status(cluster, ns).get("autoscaling") or {}).get("forecast")
+
+    shown = wait_for("the forecast in status", forecast, timeout=30)
+    assert shown["reason"] == "ShortHistory", shown
+    assert shown["replicas"] == 0 and "a week needs 2016" in shown["message"], shown
+    assert pool_status(cluster, ns)["replicas"] == 3
 
 
 def test_a_pool_made_again_under_its_name_starts_from_its_minimum(

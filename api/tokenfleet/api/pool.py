@@ -237,6 +237,40 @@ class ScheduleWindow(Model):
     max_replicas: int = Field(ge=1, le=10000, description="Most replicas during the window.")
 
 
+class LatencyObjective(Model):
+    """A latency percentile the pool holds by scaling, e.g. p95 time to first token < 1 s."""
+
+    percentile: Literal[95, 99] = Field(
+        default=95, description="Which percentile is held: 95 or 99."
+    )
+    milliseconds: int = Field(ge=1, le=600000, description="Its objective, in milliseconds.")
+
+
+class Forecast(Model):
+    """Pre-scaling from the pool's own offered-load history: what recurs without anyone
+    writing it down (the morning ramp, a weekday batch job, the quiet weekend). Known events
+    stay as schedules."""
+
+    requests_per_second_per_replica: float = Field(
+        gt=0,
+        description="Requests per second one replica carries within the SLO (from `tokenfleet "
+        "bench replica`): turns the forecast load into replicas.",
+    )
+    step_seconds: int = Field(
+        default=300,
+        ge=60,
+        le=3600,
+        description="Bucket of the history (and how often the forecast is made again), seconds.",
+    )
+    history_days: int = Field(
+        default=28,
+        ge=8,
+        le=35,
+        description="History read from Prometheus: each model is backtested on its last week, "
+        "and learns from the weeks before; a forecast needs a week and a cold start of it.",
+    )
+
+
 class ScalingTargets(Model):
     """What the replica decision aims at and how it is damped (queue age and KV usage, never
     CPU): the active policy's, or a preview's (``autoscaling.preview``: only the fields it sets
@@ -266,6 +300,28 @@ class ScalingTargets(Model):
         default=0,
         ge=0,
         description="Generated tokens per second one replica should carry; 0 leaves it out.",
+    )
+    ttft_objective: LatencyObjective | None = Field(
+        default=None,
+        description="Time to first token as clients see it (the gateways' histogram: queueing, "
+        "prefill and the first byte), over the classes whose queue age drives scaling, held at "
+        "this percentile by adding replicas in proportion to the excess (e.g. p95 < 1000 ms). "
+        "Admission holds each request to its class's ttftTargetMs; this holds the pool's "
+        "percentile. Unset: not a signal.",
+    )
+    tpot_objective: LatencyObjective | None = Field(
+        default=None,
+        description="Time per output token (the engines' inter-token latency histogram) held at "
+        "this percentile, e.g. p95 < 50 ms: decode contention — large batches, long contexts, "
+        "prefills sharing the step — raises it when queue age and KV usage look fine. Unset: "
+        "not a signal.",
+    )
+    forecast: Forecast | None = Field(
+        default=None,
+        description="A floor from a forecast of the offered load one cold start ahead "
+        "(readinessDelaySeconds plus a bucket), by the model (seasonal naive daily or weekly, "
+        "Holt-Winters) whose backtest on the last week erred least, padded by its p90 "
+        "under-forecast; the reactive signals still add what it misses. Unset: none.",
     )
     scale_up_stabilization_seconds: int = Field(
         default=15,
@@ -628,6 +684,44 @@ class PreviewStatus(Model):
     )
 
 
+class ObjectiveStatus(Model):
+    """A latency objective and what the pool measured against it at the last decision."""
+
+    name: Literal["ttft", "tpot"] = Field(description="ttft or tpot.")
+    percentile: int = Field(description="The percentile held.")
+    objective_ms: int = Field(description="The objective, in milliseconds.")
+    observed_ms: float | None = Field(
+        default=None,
+        description="The percentile over the last minute; unset when no request gave one "
+        "(no traffic, or no series: the SignalsMissing condition says which).",
+    )
+    met: bool | None = Field(default=None, description="Observed within the objective.")
+
+
+class ForecastStatus(Model):
+    """The forecast floor at its last computation."""
+
+    replicas: int = Field(default=0, description="The floor it sets; 0: none.")
+    reason: str = Field(
+        default="",
+        description="Forecast, ShortHistory (less history than a week and a cold start) or "
+        "HistoryUnreadable (Prometheus did not answer the range query).",
+    )
+    model: str = Field(default="", description="The model chosen by its backtest.")
+    expected_requests_per_second: float = Field(
+        default=0, description="The highest load forecast over the lead."
+    )
+    upper_requests_per_second: float = Field(
+        default=0, description="Expected padded by the model's error band: what is sized for."
+    )
+    smape_percent: float | None = Field(
+        default=None, description="The chosen model's backtest error (sMAPE) over the last week."
+    )
+    buckets: int = Field(default=0, description="History buckets the forecast learnt from.")
+    message: str = Field(default="", description="The forecast explained.")
+    time: str = Field(default="", description="RFC 3339 time it was computed.")
+
+
 class AutoscalingStatus(Model):
     """What the autoscaler saw and decided last."""
 
@@ -650,6 +744,14 @@ class AutoscalingStatus(Model):
         default=None,
         description="With autoscaling.preview: what the other policy would decide now, on the "
         "same signals.",
+    )
+    objectives: list[ObjectiveStatus] = Field(
+        default_factory=list,
+        max_length=2,
+        description="The acting policy's latency objectives, each with what was measured.",
+    )
+    forecast: ForecastStatus | None = Field(
+        default=None, description="With autoscaling.forecast: the floor it sets and why."
     )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 REQUESTS = (
     "tokenfleet_gateway_requests_total"  # tenant, model, class, outcome, reason, ns, revision
 )
-TTFT = "tokenfleet_gateway_time_to_first_token_seconds"  # model, class
+TTFT = "tokenfleet_gateway_time_to_first_token_seconds"  # model, class, pool
+# model, class, pool
 INTER_TOKEN = "tokenfleet_gateway_inter_token_latency_seconds"  # noqa: S105 - a name, not a secret
 E2E = "tokenfleet_gateway_request_duration_seconds"  # model, class
 QUEUE_DEPTH = "tokenfleet_gateway_queue_depth"  # pool, class

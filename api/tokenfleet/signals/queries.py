@@ -75,6 +75,28 @@ def queue_wait_p95(
     )
 
 
+def client_ttft(
+    namespace: str, pool: str, percentile: int, classes: Sequence[str] = (), window: str = "1m"
+) -> str:
+    """A percentile (95, 99) of time to first token as the gateways measured it for the pool's
+    requests over ``classes``: queueing, prefill and the first byte, what clients see."""
+    selector = _classes(namespace, pool, classes)
+    return (
+        f"histogram_quantile({percentile / 100}, sum by (le) "
+        f"(rate({gateway.TTFT}_bucket{selector}[{window}])))"
+    )
+
+
+def engine_tpot(namespace: str, pool: str, percentile: int, window: str = "1m") -> str:
+    """A percentile (95, 99) of time per output token (the engines' inter-token latency) over
+    the pool's engines: decode contention."""
+    return " or ".join(
+        f"histogram_quantile({percentile / 100}, sum by (le) "
+        f"(rate({name}_bucket{_selector(namespace, pool)}[{window}])))"
+        for name in vllm.INTER_TOKEN_LATENCY
+    )
+
+
 def pool_ttft_p99(namespace: str, pool: str, window: str = "1m") -> str:
     """p99 time to first token (seconds) of the pool's engines over ``window``."""
     return _p99(vllm.TIME_TO_FIRST_TOKEN, _selector(namespace, pool), window)

@@ -33,6 +33,19 @@ CHARS_PER_TOKEN = 4  # to turn a shared prefix's tokens into the prompt text rou
 #: The operator reads rates and the p95 queue wait over Prometheus' last minute
 #: (``tokenfleet.signals.queries``, window "1m"): the scaler's view averages as long.
 SIGNAL_WINDOW_SECONDS = 60.0
+#: A request's time per output token counts once per gap, up to this many: the engines'
+#: histogram counts every gap, so long answers weigh more (bounded, to keep a look cheap).
+TPOT_SAMPLES_PER_REQUEST = 64
+
+
+def percentile(values: list[float], p: int) -> float | None:
+    """The ``p``-th percentile of ``values`` as the other looks take theirs; None if empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[int(p / 100 * (len(ordered) - 1))]
+
+
 #: The simulated gateway models no outlier ejection: no replica fails on its own.
 NONE_EJECTED: frozenset[str] = frozenset()
 
@@ -93,6 +106,20 @@ class Pool:
         self.generated_tokens = 0
         # the last minute of looks: (time, arrivals, served, prompt, generated, waits)
         self.window: collections.deque[tuple[float, int, int, int, int, list[float]]] = (
+            collections.deque()
+        )
+        # latency objectives' percentiles, kept only when the pool (or its preview) states one:
+        # time to first token of the scaling classes (the gateways' histogram), time per output
+        # token of every request (the engines'); the last minute of looks, as for the waits
+        tried = spec.autoscaling.previewed()
+        self.measures_latency = any(
+            a.ttft_objective is not None or a.tpot_objective is not None
+            for a in (spec.autoscaling, tried)
+            if a is not None
+        )
+        self.ttfts: list[float] = []
+        self.tpots: list[float] = []
+        self.latency_window: collections.deque[tuple[float, list[float], list[float]]] = (
             collections.deque()
         )
         self.load = self._load()
@@ -280,6 +307,12 @@ class Pool:
         self.prompt_tokens += req.input
         self.generated_tokens += req.output
         req.finished = at
+        if self.measures_latency and req.first_token is not None:
+            if req.cls in self.queue_age_classes:
+                self.ttfts.append(req.first_token - req.arrival)
+            if req.output > 1:  # its mean gap, once per gap: a token-weighted distribution
+                gap = (at - req.first_token) / (req.output - 1)
+                self.tpots.extend([gap] * min(req.output - 1, TPOT_SAMPLES_PER_REQUEST))
         self.end(req, "served", "", at)
 
     def end(self, req: Request, outcome: str, reason: str, now: float) -> None:
@@ -435,6 +468,18 @@ class Pool:
             window.popleft()
         span = min(SIGNAL_WINDOW_SECONDS, max(now, interval))
         waits = sorted(w for entry in window for w in entry[5])
+        ttft: dict[int, float | None] = {95: None, 99: None}
+        tpot: dict[int, float | None] = {95: None, 99: None}
+        if self.measures_latency:
+            latency = self.latency_window
+            latency.append((now, self.ttfts, self.tpots))
+            while latency and latency[0][0] <= now - SIGNAL_WINDOW_SECONDS + 1e-6:
+                latency.popleft()
+            ttfts = [v for entry in latency for v in entry[1]]
+            tpots = [v for entry in latency for v in entry[2]]
+            ttft = {p: percentile(ttfts, p) for p in ttft}
+            tpot = {p: percentile(tpots, p) for p in tpot}
+            self.ttfts, self.tpots = [], []
         view = PoolView(
             t=now,
             spec=self.spec,
@@ -457,6 +502,10 @@ class Pool:
             generation_tokens_rate=sum(e[4] for e in window) / span,
             arrival_rate=sum(e[1] for e in window) / span,
             completion_rate=sum(e[2] for e in window) / span,
+            ttft_p95=ttft[95],
+            ttft_p99=ttft[99],
+            tpot_p95=tpot[95],
+            tpot_p99=tpot[99],
         )
         self.arrivals = self.served = 0
         self.waits = []

@@ -60,6 +60,12 @@ class PoolView:
     #: queued in the classes whose queueing drives scaling (``queueAgeClasses``); None: the
     #: pool reports only the total
     scaling_queue_length: int | None = None
+    #: latency percentiles over the last minute (seconds), measured only for a pool with a
+    #: latency objective: time to first token of the scaling classes, time per output token
+    ttft_p95: float | None = None
+    ttft_p99: float | None = None
+    tpot_p95: float | None = None
+    tpot_p99: float | None = None
 
 
 class Scaler(Protocol):
@@ -109,6 +115,10 @@ class TokenFleet:
             generation_tokens_rate=view.generation_tokens_rate,
             arrival_rate=view.arrival_rate,
             completion_rate=view.completion_rate,
+            ttft_p95=view.ttft_p95,
+            ttft_p99=view.ttft_p99,
+            tpot_p95=view.tpot_p95,
+            tpot_p99=view.tpot_p99,
         )
         decision = scaling.decide(
             policy=self.policy,
@@ -127,8 +137,8 @@ class Forecast:
     the operator would run it: offered requests/s are averaged per ``step`` seconds into the
     pool's history (seeded with the days before the run), and at every decision the floor is
     what the best backtested model expects one cold start (and one decision) ahead. The floor
-    acts where a schedule's minReplicas would; the pool's own schedules are left out, so the
-    comparison is forecast against schedule."""
+    acts where the operator's does (``ForecastMinimum``, like a schedule's minReplicas); the
+    pool's own schedules are left out, so the comparison is forecast against schedule."""
 
     def __init__(
         self,
@@ -142,7 +152,6 @@ class Forecast:
         models: Sequence[forecast.Model],
     ) -> None:
         self.reactive = TokenFleet(spec, initial_demand, schedules=False)
-        self.floor = self.reactive.policy.min_replicas
         self.history, self.step, self.lead = list(history), step, lead
         self.per_replica, self.models = per_replica_rps, tuple(models)
         self.bucket: list[float] = []
@@ -163,7 +172,11 @@ class Forecast:
                 models=self.models,
             )
         self.reactive.policy = dataclasses.replace(
-            self.reactive.policy, min_replicas=max(self.floor, self.last.replicas)
+            self.reactive.policy,
+            forecast=forecast.Settings(
+                per_replica=self.per_replica, step=self.step, history=len(self.history) * self.step
+            ),
+            forecast_floor=self.last.replicas,
         )
         return self.reactive.targets(view)
 

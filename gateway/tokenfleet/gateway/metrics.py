@@ -117,15 +117,16 @@ class Metrics:
             ),
             ttft=Histogram(
                 names.TTFT,
-                "Time to first token.",
-                ["model", "class"],
+                "Time to first token, from the request's arrival; pool is the pool that served "
+                "it (namespace/name; empty when a remote did), which scales on it.",
+                ["model", "class", "pool"],
                 buckets=LATENCY_BUCKETS,
                 registry=r,
             ),
             inter_token=Histogram(
                 names.INTER_TOKEN,
-                "Time between streamed chunks.",
-                ["model", "class"],
+                "Time between streamed chunks, as the engine sent them.",
+                ["model", "class", "pool"],
                 buckets=TOKEN_GAP_BUCKETS,
                 registry=r,
             ),

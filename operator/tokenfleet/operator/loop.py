@@ -27,7 +27,7 @@ from tokenfleet.api.base import Condition, Model, rfc3339
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import AutoscalingStatus, InferencePoolSpec, InferencePoolStatus
 from tokenfleet.api.route import ModelRouteSpec, ModelRouteStatus
-from tokenfleet.operator import evidence, k8s, route_inputs, tenant_inputs
+from tokenfleet.operator import evidence, forecasts, k8s, route_inputs, tenant_inputs
 from tokenfleet.operator.adapter_verifier import AdapterVerifier
 from tokenfleet.operator.config import OperatorConfig
 from tokenfleet.operator.exporter import Exporter
@@ -48,7 +48,14 @@ from tokenfleet.operator.plan import (
     verification,
 )
 from tokenfleet.operator.plan.reporting import Event
-from tokenfleet.operator.policy import analysis, deletion_cost, rollout, scaling, signal_health
+from tokenfleet.operator.policy import (
+    analysis,
+    deletion_cost,
+    forecast,
+    rollout,
+    scaling,
+    signal_health,
+)
 from tokenfleet.operator.signals_source import PrometheusSignals
 from tokenfleet.signals import jobs
 
@@ -136,6 +143,7 @@ class Reconciler:
         # the scaling history (or analysis time) of the one before it
         self.scaling: dict[str, scaling.State] = {}
         self.scaling_preview: dict[str, scaling.State] = {}  # the previewed policies' own
+        self.forecasts = None if signals is None else forecasts.ForecastFloors(signals)
         self.indexes = indexes
         self.config = config
         self.wake = asyncio.Event()
@@ -176,9 +184,11 @@ class Reconciler:
             for i in (self.indexes.pools, self.indexes.models)
             for b in _bodies(i)
         }
-        for held in (self.scaling, self.analysed, self.reverifying):
+        for held in (self.scaling, self.scaling_preview, self.analysed, self.reverifying):
             for uid in held.keys() - live:  # deleted: forget it
                 del held[uid]
+        if self.forecasts is not None:
+            self.forecasts.retain(live)
         if self.exporter is not None:
             self.exporter.retain(
                 (kind, b["metadata"]["namespace"], b["metadata"]["name"])
@@ -483,14 +493,25 @@ class Reconciler:
             spec.autoscaling.queue_age_classes,
             [(c.name, c.priority) for c in spec.admission.classes],
         )
-        signals = await asyncio.to_thread(self.signals.read, ns, name, classes)
+        policy, previewed = scaling.policies(spec.autoscaling, spec.replicas)
+        lead = spec.autoscaling.readiness_delay_seconds
+        where = {"uid": meta["uid"], "ns": ns, "pool": name, "readiness": lead, "now": now}
+        policy, made = await self._with_forecast(policy=policy, **where)
+        if previewed is not None:
+            previewed, _ = await self._with_forecast(policy=previewed, **where)
+        latencies = {
+            (named, objective.percentile)
+            for tried in (policy, previewed)
+            if tried is not None
+            for _, named, objective in scaling.objectives(tried)
+        }
+        signals = await asyncio.to_thread(self.signals.read, ns, name, classes, latencies)
         revision = desired.revision_of(model)
         pods = _items(self.indexes.pods, (ns, name))
         ready = sum(1 for p in pods if p.revision == revision and p.ready and not p.terminating)
         starting = observed.starting(
             pods, revision, now=now, within=spec.autoscaling.readiness_delay_seconds
         )
-        policy, previewed = scaling.policies(spec.autoscaling, spec.replicas)
         decision = scaling.decide(
             policy=policy,
             signals=signals,
@@ -518,10 +539,38 @@ class Reconciler:
             now=now,
             preview=preview,
             promoted=spec.autoscaling.use_preview,
+            policy=policy,
+            signals=signals,
+            forecasted=made,
         )
         missing = await self._missing_signals(ns, name, policy, signals, ready)
         fresh = not signals.stale  # readable; whether each signal has data is `missing`
         return decision.replicas, block, fresh, missing
+
+    async def _with_forecast(
+        self,
+        *,
+        uid: str,
+        ns: str,
+        pool: str,
+        policy: scaling.Policy,
+        readiness: float,
+        now: datetime.datetime,
+    ) -> tuple[scaling.Policy, forecast.Made | None]:
+        """``policy`` with its forecast floor (one cold start and a bucket ahead), if it has a
+        forecast, and the forecast made for it."""
+        if policy.forecast is None or self.forecasts is None:
+            return policy, None
+        made = await self.forecasts.made(
+            uid,
+            ns,
+            pool,
+            settings=policy.forecast,
+            lead=readiness + policy.forecast.step,
+            now=now.timestamp(),
+        )
+        floor = made.decision.replicas if made.decision is not None else 0
+        return dataclasses.replace(policy, forecast_floor=floor), made
 
     async def _missing_signals(
         self, ns: str, pool: str, policy: scaling.Policy, signals: scaling.Signals, ready: int

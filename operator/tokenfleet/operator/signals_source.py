@@ -11,7 +11,7 @@ import dataclasses
 import datetime
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import requests
@@ -27,6 +27,8 @@ from tokenfleet.signals import jobs, queries
 
 log = logging.getLogger("tokenfleet.operator.signals")
 TIMEOUT_SECONDS = 2  # whole seconds: Prometheus rejects "2.0s"
+HISTORY_TIMEOUT_SECONDS = 10  # a month of buckets, once per bucket
+POINTS_PER_QUERY = 10_000  # under Prometheus' 11,000 points per series of a range query
 
 
 class PrometheusSignals:
@@ -46,11 +48,32 @@ class PrometheusSignals:
         )
         return float(result[0]["value"][1]) if result else None
 
-    def read(self, namespace: str, pool: str, queue_classes: Sequence[str] = ()) -> Signals:
-        """The pool's signals; ``queue_classes`` are the classes whose queueing counts."""
+    def read(
+        self,
+        namespace: str,
+        pool: str,
+        queue_classes: Sequence[str] = (),
+        latencies: Collection[tuple[str, int]] = (),
+    ) -> Signals:
+        """The pool's signals; ``queue_classes`` are the classes whose queueing counts,
+        ``latencies`` the (``ttft`` or ``tpot``, percentile) pairs its objectives need."""
         try:
             wait = self._value(queries.queue_wait_p95(namespace, pool, queue_classes))
+
+            def latency(name: str, percentile: int) -> float | None:
+                if (name, percentile) not in latencies:
+                    return None  # no objective asks for it: one query fewer
+                if name == "ttft":
+                    return self._number(
+                        queries.client_ttft(namespace, pool, percentile, queue_classes)
+                    )
+                return self._number(queries.engine_tpot(namespace, pool, percentile))
+
             return Signals(
+                ttft_p95=latency("ttft", 95),
+                ttft_p99=latency("ttft", 99),
+                tpot_p95=latency("tpot", 95),
+                tpot_p99=latency("tpot", 99),
                 oldest_queue_age=self._value(
                     queries.oldest_queue_age(namespace, pool, queue_classes)
                 ),
@@ -68,6 +91,36 @@ class PrometheusSignals:
         except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
             log.warning("prometheus at %s unreadable for %s/%s: %s", self.url, namespace, pool, exc)
             return Signals(stale=True)
+
+    def arrival_history(
+        self, namespace: str, pool: str, *, step: float, seconds: float, end: float
+    ) -> list[tuple[float, float]] | None:
+        """The pool's offered requests/s per ``step`` seconds over the ``seconds`` before
+        ``end`` (unix seconds, a multiple of ``step``): (time, rate) points, those Prometheus
+        has; None when it did not answer."""
+        query = queries.arrival_rate(namespace, pool, window=f"{int(step)}s")
+        points: list[tuple[float, float]] = []
+        # Prometheus answers at most 11,000 points a series per query: a month of minutes is
+        # read in parts, oldest first
+        first = end - seconds
+        while first <= end:
+            last = min(end, first + (POINTS_PER_QUERY - 1) * step)
+            try:
+                result = self._prom.custom_query_range(
+                    query,
+                    start_time=datetime.datetime.fromtimestamp(first, datetime.UTC),
+                    end_time=datetime.datetime.fromtimestamp(last, datetime.UTC),
+                    step=f"{int(step)}",
+                    params={"timeout": f"{HISTORY_TIMEOUT_SECONDS}s"},
+                    timeout=HISTORY_TIMEOUT_SECONDS + 1,
+                )
+            except (RequestException, PrometheusApiClientException, ValueError, KeyError) as exc:
+                log.warning("prometheus at %s: history of %s/%s unreadable: %s", self.url,
+                            namespace, pool, exc)  # fmt: skip
+                return None
+            points += [(float(t), float(v)) for r in result for t, v in r.get("values", [])]
+            first = last + step
+        return points
 
     def targets(self) -> dict[str, JobHealth] | None:
         """TokenFleet's scrape jobs → their targets up and down, with a down target's last

@@ -184,7 +184,5 @@ def test_a_cache_group_is_scoped_to_its_namespace() -> None:
 
     assert salt(a1) == salt(a2) != salt(b)
     assert catalog.tenant_of("one", shared).cache_group == "evals"
-    isolated = TenantSpec.model_validate(
-        {"apiKeySecretRef": {"name": "k"}, "allowedModels": ["*"]}
-    )
+    isolated = TenantSpec.model_validate({"apiKeySecretRef": {"name": "k"}, "allowedModels": ["*"]})
     assert catalog.tenant_of("a/one", isolated).cache_group == ""

@@ -34,7 +34,7 @@ def test_a_memoized_counter_counts_into_the_same_series_as_an_unmemoized_one() -
 def test_the_gateway_metrics_scrape_the_same_with_memoized_children() -> None:
     metrics = Metrics.create()
     metrics.requests.labels("t", "m", "interactive", "served", "", "ns", "r1").inc()
-    metrics.ttft.labels("m", "interactive").observe(0.2)
+    metrics.ttft.labels("m", "interactive", "ns/p").observe(0.2)
     metrics.in_flight.labels("ns/p", "interactive").inc()
     metrics.in_flight.labels("ns/p", "interactive").dec()
     text = generate_latest(metrics.registry).decode()
@@ -43,8 +43,8 @@ def test_the_gateway_metrics_scrape_the_same_with_memoized_children() -> None:
         'outcome="served",reason="",revision="r1",tenant="t"} 1.0'
     ) in text
     assert (
-        'tokenfleet_gateway_time_to_first_token_seconds_count{class="interactive",model="m"} 1.0'
-        in text
+        'tokenfleet_gateway_time_to_first_token_seconds_count{class="interactive",model="m",'
+        'pool="ns/p"} 1.0' in text
     )
 
 
@@ -52,8 +52,8 @@ def test_observe_all_gives_the_histogram_observe_would_give_one_by_one() -> None
     gaps = [0.0, 0.0004, 0.001, 0.0011, 0.005, 0.0049, 0.2, 3.0, 100.0, 0.02]
     one, bulk = Metrics.create(), Metrics.create()
     for gap in gaps:
-        one.inter_token.labels("m", "c").observe(gap)
-    observe_all(bulk.inter_token.labels("m", "c"), gaps)
+        one.inter_token.labels("m", "c", "ns/p").observe(gap)
+    observe_all(bulk.inter_token.labels("m", "c", "ns/p"), gaps)
 
     def samples(metrics: Metrics) -> list[str]:
         text = generate_latest(metrics.registry).decode()

@@ -85,4 +85,19 @@ def test_the_block_on_the_wire() -> None:
                 "time": "2026-01-01T12:00:30Z",
             }
         ],
+        "objectives": [],  # none configured: written empty, so a removed one leaves status
     }
+
+
+def test_each_objective_is_shown_with_what_was_measured() -> None:
+    policy = scaling.Policy(
+        ttft=scaling.Objective(percentile=95, seconds=1.0),
+        tpot=scaling.Objective(percentile=99, seconds=0.05),
+    )
+    got = autoscaling_status.autoscaling_status(
+        decision(2), old=None, now=NOW, policy=policy, signals=scaling.Signals(ttft_p95=1.2345)
+    )
+    assert [o.to_wire() for o in got.objectives] == [
+        {"name": "ttft", "percentile": 95, "objectiveMs": 1000, "observedMs": 1234.5, "met": False},
+        {"name": "tpot", "percentile": 99, "objectiveMs": 50},  # no requests: nothing measured
+    ]

@@ -407,6 +407,64 @@ CASES = [
         max_up_step=20,
     ),
     case(
+        "ttft-p95-over-its-objective-scales-in-proportion",
+        6,
+        Why.TTFT,
+        signals=Signals(ttft_p95=1.5, kv_cache_usage=0.4),
+        ttft=scaling.Objective(percentile=95, seconds=1.0),
+    ),
+    case(
+        "ttft-reads-the-percentile-it-names",
+        8,
+        Why.TTFT,
+        signals=Signals(ttft_p95=0.5, ttft_p99=2.0, kv_cache_usage=0.8),
+        ttft=scaling.Objective(percentile=99, seconds=1.0),
+    ),
+    case(
+        "tpot-over-its-objective-when-queue-and-kv-look-fine",
+        5,
+        Why.TPOT,
+        signals=Signals(tpot_p95=0.06, oldest_queue_age=0.0, kv_cache_usage=0.5),
+        tpot=scaling.Objective(percentile=95, seconds=0.05),
+    ),
+    case(
+        "latency-within-its-objectives-lets-the-others-scale-down",
+        3,
+        Why.STEP_LIMITED,
+        signals=Signals(ttft_p95=0.3, tpot_p95=0.02, kv_cache_usage=0.2),
+        ttft=scaling.Objective(percentile=95, seconds=1.0),
+        tpot=scaling.Objective(percentile=95, seconds=0.05),
+        down_window=0,
+    ),
+    case(
+        "an-objective-without-requests-is-no-evidence-and-holds",
+        4,
+        Why.METRICS_UNAVAILABLE,
+        signals=Signals(),
+        tpot=scaling.Objective(percentile=95, seconds=0.05),
+    ),
+    case(
+        "tpot-asks-for-the-starting-ones-and-no-more",
+        6,
+        Why.TPOT,
+        replicas=6,
+        ready=3,
+        starting=3,
+        signals=Signals(tpot_p95=0.1),
+        tpot=scaling.Objective(percentile=95, seconds=0.05),
+    ),
+    case(
+        "ttft-is-a-backlog-capped-while-replicas-start",
+        6,
+        Why.STARTING_ABSORB,
+        replicas=6,
+        ready=3,
+        starting=3,
+        signals=Signals(ttft_p95=4.0),
+        ttft=scaling.Objective(percentile=95, seconds=1.0),
+        max_up_step=20,
+    ),
+    case(
         "a-rate-still-adds-beyond-the-starting-ones",
         13,
         Why.PANIC,
@@ -488,6 +546,21 @@ def test_policy_from_the_crd_uses_seconds_and_weekdays() -> None:
     assert policy.target_queue_age == 0.3 and policy.up_window == 10
     assert policy.schedules[0].days == frozenset({0}) and policy.schedules[0].start_minute == 480
     assert (policy.min_replicas, policy.max_replicas) == (2, 30)
+
+
+def test_latency_objectives_from_the_crd_and_in_a_preview() -> None:
+    autoscaling = Autoscaling.model_validate(
+        {
+            "ttftObjective": {"milliseconds": 1000},
+            "preview": {"tpotObjective": {"percentile": 99, "milliseconds": 50}},
+        }
+    )
+    active, preview = scaling.policies(autoscaling, ReplicaBounds(min=1, max=10))
+    assert active.ttft == scaling.Objective(percentile=95, seconds=1.0)
+    assert active.tpot is None
+    assert preview is not None
+    assert preview.ttft == active.ttft  # the preview overrides only what it sets
+    assert preview.tpot == scaling.Objective(percentile=99, seconds=0.05)
 
 
 @pytest.mark.parametrize(
@@ -579,3 +652,23 @@ def test_a_preview_decides_on_the_same_signals_without_acting() -> None:
     assert block.preview.reason == Why.KV_CACHE.value and block.preview.policy == "preview"
     wire = block.to_wire()
     assert wire["preview"]["wouldBeReplicas"] == 6, wire
+
+
+def test_a_latency_objective_scales_the_replicas_its_percentile_was_measured_on() -> None:
+    """The percentile covers the last minute: half of it on 3 replicas, half on 6 ready now,
+    so 1.5x over the objective asks for 1.5 x 4.5 = 7 (not 1.5 x 6 = 9: the step to 6 would
+    count twice); samples older than the minute are forgotten."""
+    policy = dataclasses.replace(
+        BASE, tpot=scaling.Objective(percentile=95, seconds=0.05), max_up_step=10, up_window=0
+    )
+    state = State(replicas=6, ready_seen=((T - 90, 1), (T - 30, 3)))
+    decision = scaling.decide(
+        policy=policy,
+        signals=Signals(tpot_p95=0.075),
+        state=state,
+        ready=6,
+        starting=0,
+        now=MONDAY_9,
+    )
+    assert decision.recommendations["TPOTObjective"] == 7, decision.message
+    assert decision.state.ready_seen == ((T - 30, 3), (T, 6))

@@ -128,3 +128,57 @@ def test_stale_or_disabled_is_not_reported_as_missing() -> None:
     nothing = scaling.Signals()
     assert missing(dataclasses.replace(nothing, stale=True), targets={}) == {}
     assert missing(nothing, targets={}, policy=scaling.Policy(enabled=False)) == {}
+
+
+OBJECTIVES = scaling.Policy(
+    ttft=scaling.Objective(percentile=95, seconds=1.0),
+    tpot=scaling.Objective(percentile=99, seconds=0.05),
+)
+
+
+@pytest.mark.parametrize(
+    ("targets", "ready", "unlabelled", "want"),
+    [
+        pytest.param(ALL_UP, 3, 0, {}, id="both-jobs-up-a-quiet-minute-is-no-traffic"),
+        pytest.param(
+            {jobs.WORKERS: UP},
+            3,
+            0,
+            {Why.TTFT: "job tokenfleet-gateway has no target"},
+            id="gateway-not-scraped-names-the-ttft-objective",
+        ),
+        pytest.param(
+            {jobs.GATEWAY: UP, jobs.WORKERS: DOWN},
+            3,
+            0,
+            {Why.TPOT: "0 of 1 up", Why.KV_CACHE: "0 of 1 up", Why.WAITING: "0 of 1 up"},
+            id="engines-down-names-the-tpot-objective",
+        ),
+        pytest.param(
+            ALL_UP,
+            3,
+            2,
+            {Why.TPOT: "carry no namespace/pool labels"},
+            id="unlabelled-engines-name-the-tpot-objective",
+        ),
+        pytest.param({jobs.GATEWAY: UP}, 0, 0, {}, id="no-ready-worker-no-engine-latency"),
+    ],
+)
+def test_a_latency_objective_without_a_percentile_is_named_only_when_a_job_explains_it(
+    targets: dict[str, signal_health.JobHealth],
+    ready: int,
+    unlabelled: int,
+    want: dict[Why, str],
+) -> None:
+    engines_silent = {jobs.WORKERS} - set(k for k, v in targets.items() if v.up)
+    signals = dataclasses.replace(
+        FULL, **({"kv_cache_usage": None, "waiting": None} if engines_silent else {})
+    )
+    got = missing(signals, targets=targets, ready=ready, unlabelled=unlabelled, policy=OBJECTIVES)
+    assert set(got) == set(want), got
+    for why, text in want.items():
+        assert text in got[why], (why, got[why])
+    measured = dataclasses.replace(signals, ttft_p95=0.4, tpot_p99=0.02)
+    assert not {Why.TTFT, Why.TPOT} & set(
+        missing(measured, targets=targets, ready=ready, unlabelled=unlabelled, policy=OBJECTIVES)
+    )

@@ -37,12 +37,13 @@ class Report:
             passage.trace.add(events.Ended("rejected", outcome.reason.value))
             return outcome  # nothing was served: nothing used
         model, m = answered.remote or answered.target.model.name, self._metrics
+        pool = "" if answered.remote else answered.target.pool.key  # a remote is no pool's
         started, ttft_ms = passage.identity.started, None
         if outcome.first_byte_at is not None:
-            m.ttft.labels(model, cls).observe(outcome.first_byte_at - started)
+            m.ttft.labels(model, cls, pool).observe(outcome.first_byte_at - started)
             ttft_ms = round((outcome.first_byte_at - started) * 1000, 2)
         if outcome.gaps:
-            observe_all(m.inter_token.labels(model, cls), outcome.gaps)
+            observe_all(m.inter_token.labels(model, cls, pool), outcome.gaps)
         m.e2e.labels(model, cls).observe(time.monotonic() - started)
         ending = usage.ending(status=outcome.status, error=outcome.error)
         ended = events.Ended(*ending, status=outcome.status, ttft_ms=ttft_ms, delivered=True)

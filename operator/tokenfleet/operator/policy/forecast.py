@@ -76,6 +76,48 @@ class ForecastDecision:
     message: str
 
 
+#: Why a forecast has no floor because Prometheus did not answer (before any forecast).
+UNREADABLE = "HistoryUnreadable"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """How the forecast floor is made: buckets of ``step`` seconds over ``history`` seconds,
+    ``per_replica`` requests/s to a replica (InferencePool ``autoscaling.forecast``)."""
+
+    per_replica: float
+    step: float
+    history: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Made:
+    """A forecast and when (unix seconds) and from how many buckets it was made."""
+
+    decision: ForecastDecision | None  # None: the history was unreadable
+    at: float
+    buckets: int
+    settings: Settings
+    lead: float
+    stale: bool = False  # the last attempt could not read the history: this is an older one
+
+
+def history_of(points: Sequence[tuple[float, float]], *, end: float, step: float) -> list[float]:
+    """Prometheus range-query points (unix seconds, requests/s over the bucket before it) →
+    the history :func:`prescale` reads: one value per ``step`` from the first point to ``end``,
+    oldest first. A bucket without a point (a gateway down, a scrape missed) carries the one
+    before it; before the first point there is no history (the pool had no traffic yet, or
+    Prometheus keeps no more). NaN and negative values count as missing."""
+    seen = {round((end - t) / step): v for t, v in points if not math.isnan(v) and v >= 0}
+    if not seen:
+        return []
+    history, last = [], 0.0
+    for back in range(max(seen), -1, -1):  # oldest first
+        last = seen.get(back, last)
+        history.append(last)
+    return history
+
+
 def season_buckets(seconds: float, step: float) -> int:
     return max(1, round(seconds / step))
 

@@ -6,7 +6,8 @@ so does the share of offered load the gateways refused (admission sheds what it 
 in time, so a saturated pool may show no queue at all), KV-cache usage and waiting requests
 scale both ways, and engines preempting requests while their KV usage reads near its target
 ask for one replica more than ready (the cache is proven too small, though the bounded gauge
-cannot say by how much). The highest recommendation wins. Going up,
+cannot say by how much); a latency objective (p95 or p99 time to first token or time per output
+token) over its target scales up in proportion. The highest recommendation wins. Going up,
 the lowest recommendation of the short up-window wins (a lone spike adds nothing) unless the
 queue is in panic (age past a multiple of its target); going down, the highest of the long
 down-window wins. Then step limits, scheduled bounds (known events) and min/max. Missing or
@@ -23,7 +24,9 @@ import enum
 import math
 from collections.abc import Sequence
 
-from tokenfleet.api.pool import Autoscaling, ReplicaBounds
+from tokenfleet.api.pool import Autoscaling, LatencyObjective, ReplicaBounds
+from tokenfleet.api.pool import Forecast as ForecastSpec
+from tokenfleet.operator.policy import forecast
 
 
 class Why(enum.StrEnum):
@@ -35,6 +38,8 @@ class Why(enum.StrEnum):
     SHEDDING = "Shedding"
     KV_CACHE = "KVCacheUsage"
     PREEMPTIONS = "Preemptions"
+    TTFT = "TTFTObjective"
+    TPOT = "TPOTObjective"
     WAITING = "WaitingRequests"
     PANIC = "QueuePanic"
     STARTING_ABSORB = "StartingReplicasAbsorb"
@@ -43,6 +48,7 @@ class Why(enum.StrEnum):
     STEP_LIMITED = "StepLimited"
     SCHEDULED_MIN = "ScheduledMinimum"
     SCHEDULED_MAX = "ScheduledMaximum"
+    FORECAST_MIN = "ForecastMinimum"
     MIN_REPLICAS = "MinReplicas"
     MAX_REPLICAS = "MaxReplicas"
     METRICS_UNAVAILABLE = "MetricsUnavailable"
@@ -50,6 +56,31 @@ class Why(enum.StrEnum):
 
 
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Objective:
+    """A latency percentile to hold: ``percentile`` 95 or 99, ``seconds`` its bound."""
+
+    percentile: int
+    seconds: float
+
+    @classmethod
+    def of(cls, spec: LatencyObjective | None) -> Objective | None:
+        if spec is None:
+            return None
+        return cls(percentile=spec.percentile, seconds=spec.milliseconds / 1000)
+
+
+def forecasting(spec: ForecastSpec | None) -> forecast.Settings | None:
+    """How the forecast floor is made, from ``autoscaling.forecast``."""
+    if spec is None:
+        return None
+    return forecast.Settings(
+        per_replica=spec.requests_per_second_per_replica,
+        step=spec.step_seconds,
+        history=spec.history_days * 86_400.0,
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +117,10 @@ class Policy:
     max_up_step: int = 4
     max_down_step: int = 1
     panic_multiple: float = 3.0
+    ttft: Objective | None = None  # client-seen time to first token, scaling classes only
+    tpot: Objective | None = None  # the engines' time per output token
+    forecast: forecast.Settings | None = None
+    forecast_floor: int = 0  # the forecast's replicas now (the caller sets it each pass)
     min_replicas: int = 1
     max_replicas: int = 10
     schedules: tuple[Window, ...] = ()
@@ -108,6 +143,9 @@ class Policy:
             max_up_step=autoscaling.max_scale_up_step,
             max_down_step=autoscaling.max_scale_down_step,
             panic_multiple=autoscaling.panic_queue_age_multiple,
+            ttft=Objective.of(autoscaling.ttft_objective),
+            tpot=Objective.of(autoscaling.tpot_objective),
+            forecast=forecasting(autoscaling.forecast),
             min_replicas=replicas.min,
             max_replicas=replicas.max,
             schedules=tuple(
@@ -149,6 +187,11 @@ class Signals:
     completion_rate: float | None = None  # requests/s the pool's engines finished
     refusal_rate: float | None = None  # requests/s the gateways' admission refused (shed)
     preemption_rate: float | None = None  # requests/s the pool's engines preempted (KV full)
+    # latency percentiles over the last minute, in seconds; read only for a policy's objectives
+    ttft_p95: float | None = None  # the gateways' time to first token, scaling classes
+    ttft_p99: float | None = None
+    tpot_p95: float | None = None  # the engines' time per output token (inter-token latency)
+    tpot_p99: float | None = None
     stale: bool = False  # a series stopped updating
 
 
@@ -158,6 +201,7 @@ class State:
 
     replicas: int
     history: tuple[tuple[float, int], ...] = ()  # (unix seconds, raw recommendation)
+    ready_seen: tuple[tuple[float, int], ...] = ()  # (unix seconds, ready), the last minute
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,6 +230,9 @@ def _bounds(policy: Policy, now: datetime.datetime) -> Bounds:
                 low, low_why = w.min_replicas, Why.SCHEDULED_MIN
             if w.max_replicas < high:
                 high, high_why = w.max_replicas, Why.SCHEDULED_MAX
+    if policy.forecast is not None and min(policy.forecast_floor, high) > low:
+        # a floor like a schedule's, never above the maximum a known event (or the pool) sets
+        low, low_why = min(policy.forecast_floor, high), Why.FORECAST_MIN
     return Bounds(low, max(low, high), low_why, high_why)
 
 
@@ -201,7 +248,7 @@ def queue_age_classes(configured: Sequence[str], classes: Sequence[tuple[str, in
 
 #: Signals that measure a backlog (an integral of past shortfall): they keep growing while new
 #: replicas load, so they cannot see capacity that is still starting.
-BACKLOG = (Why.QUEUE_AGE, Why.QUEUE_WAIT, Why.WAITING, Why.SHEDDING, Why.PREEMPTIONS)
+BACKLOG = (Why.QUEUE_AGE, Why.QUEUE_WAIT, Why.WAITING, Why.SHEDDING, Why.PREEMPTIONS, Why.TTFT)
 #: Arrivals above completions by more than this share mean the pool is saturated.
 SATURATED = 1.05
 #: Refusals per second below this are noise (a client's stray request past its deadline), not a
@@ -218,10 +265,43 @@ PREEMPTION_FLOOR = 0.02
 KV_PRESSURE = 0.9
 
 
-def recommend(policy: Policy, signals: Signals, ready: int) -> dict[Why, int]:
-    """Each present signal's replica count, against the ready capacity."""
+def observed(signals: Signals, name: str, percentile: int) -> float | None:
+    """The ``name`` ("ttft" or "tpot") percentile the signals carry, in seconds."""
+    value: float | None = getattr(signals, f"{name}_p{percentile}")
+    return value
+
+
+def objectives(policy: Policy) -> list[tuple[Why, str, Objective]]:
+    """The policy's latency objectives: (signal, name, objective)."""
+    found = [(Why.TTFT, "ttft", policy.ttft), (Why.TPOT, "tpot", policy.tpot)]
+    return [(why, name, o) for why, name, o in found if o is not None]
+
+
+#: The latency percentiles are taken over the last minute (the queries' window): they were
+#: measured on the capacity of that minute, so an objective scales the replicas ready on average
+#: in it (one sample per decision), not those ready now: a scale-up would otherwise count again
+#: at every decision until the window forgot it (tests/unit/sim/test_latency_objectives.py:
+#: 8 replicas where 5 hold the objective; with the fewest ready instead, it is met 50 s later).
+LATENCY_WINDOW_SECONDS = 60.0
+
+
+def recommend(
+    policy: Policy, signals: Signals, ready: int, *, measured_on: float | None = None
+) -> dict[Why, int]:
+    """Each present signal's replica count, against the ready capacity (``measured_on``: the
+    replicas ready on average while the latency percentiles were measured; default ``ready``)."""
     base = max(1, ready)
     out: dict[Why, int] = {}
+    for why, name, objective in objectives(policy):
+        # over its objective, the latency asks for capacity in proportion, like queue age: time
+        # per output token grows with the batch as t0 + k x batch, so the proportion under-asks
+        # (it asks again next interval) rather than overshoots; within it, it asks for nothing
+        # (the other signals scale down). No requests in the window: no evidence, no entry.
+        value = observed(signals, name, objective.percentile)
+        if value is not None:
+            ratio = value / objective.seconds
+            on = max(1.0, ready if measured_on is None else measured_on)
+            out[why] = math.ceil(on * ratio - 1e-9) if ratio > 1 else 0
     for why, age in (
         (Why.QUEUE_AGE, signals.oldest_queue_age),
         (Why.QUEUE_WAIT, signals.queue_wait_p95),
@@ -331,7 +411,12 @@ def decide(
             state=state,
             bounds=bounds,
         )
-    recs = recommend(policy, signals, ready)
+    t = now.timestamp()
+    seen = (
+        *((at, n) for at, n in state.ready_seen if t - at < LATENCY_WINDOW_SECONDS),
+        (t, ready),
+    )
+    recs = recommend(policy, signals, ready, measured_on=sum(n for _, n in seen) / len(seen))
     capped = _cap_backlogs(recs, ready, starting)
     if signals.stale or not recs:
         return _final(
@@ -344,7 +429,6 @@ def decide(
         )
     why = max(recs, key=lambda k: (recs[k], k == Why.QUEUE_AGE))
     raw = recs[why]
-    t = now.timestamp()
     horizon = max(policy.up_window, policy.down_window)
     history = (*((at, n) for at, n in state.history if t - at <= horizon), (t, raw))
     shown = {k.value: v for k, v in recs.items()}
@@ -377,7 +461,7 @@ def decide(
         reason,
         message,
         recs=shown,
-        state=State(replicas=current, history=history),
+        state=State(replicas=current, history=history, ready_seen=seen),
         bounds=bounds,
     )
 

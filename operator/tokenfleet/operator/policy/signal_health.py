@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from tokenfleet.operator.policy.scaling import Policy, Signals, Why
+from tokenfleet.operator.policy.scaling import Policy, Signals, Why, objectives, observed
 from tokenfleet.signals import gateway, jobs, vllm
 
 
@@ -123,7 +123,41 @@ def missing(
             for why, value, name in engine_signals
             if value is None
         ]
+    found += _latencies(
+        policy, signals, key=key, ready=ready, targets=targets, unlabelled=unlabelled_engines
+    )
     return tuple(found)
+
+
+def _latencies(
+    policy: Policy,
+    signals: Signals,
+    *,
+    key: str,
+    ready: int,
+    targets: Mapping[str, JobHealth],
+    unlabelled: int,
+) -> list[Missing]:
+    """Latency objectives without a percentile. A histogram over a quiet minute has none, so
+    silence is named only when its job explains it: the gateways' not scraped (time to first
+    token), or the engines' not scraped or unlabelled while the pool has ready replicas (time
+    per output token)."""
+    found = []
+    for why, name, objective in objectives(policy):
+        if observed(signals, name, objective.percentile) is not None:
+            continue
+        if name == "ttft":
+            gone = _gateway(why, f"{gateway.TTFT}_bucket", key, targets.get(jobs.GATEWAY))
+            found += [gone] if gone else []
+            continue
+        job = targets.get(jobs.WORKERS)
+        if ready > 0 and (job_problem(jobs.WORKERS, job) is not None or unlabelled):
+            namespace, pool = key.split("/", 1)
+            selector = f'{{namespace="{namespace}",pool="{pool}"}}'
+            found.append(
+                _engines(why, f"{vllm.INTER_TOKEN_LATENCY[0]}_bucket", selector, job, unlabelled)
+            )
+    return found
 
 
 def summary(found: tuple[Missing, ...]) -> str:
