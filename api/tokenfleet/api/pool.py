@@ -648,6 +648,32 @@ class InferencePoolSpec(Model):
         refuse_first(problems)
         return self
 
+    def scaling_classes(self) -> list[str]:
+        """Admission classes whose queueing drives scaling (and whose TTFT the objective is
+        measured on): ``autoscaling.queueAgeClasses``, else all but the lowest-priority class
+        when there are several (batch waits by design)."""
+        if self.autoscaling.queue_age_classes:
+            return list(self.autoscaling.queue_age_classes)
+        classes = self.admission.classes
+        lowest = min((c.priority for c in classes), default=0)
+        above = [c.name for c in classes if c.priority > lowest]
+        return above or [c.name for c in classes]
+
+    def ttft_targets_ms(self) -> dict[str, int | None]:
+        """Each class's time-to-first-token target for admission: its own ``ttftTargetMs``,
+        tightened to the pool's ``autoscaling.ttftObjective`` for the classes that objective is
+        measured on — admission refuses a request that could not meet it, scaling adds the
+        capacity that keeps the percentile under it."""
+        objective = self.autoscaling.ttft_objective
+        scaled = set(self.scaling_classes()) if objective is not None else set()
+        targets: dict[str, int | None] = {}
+        for c in self.admission.classes:
+            own = c.ttft_target_ms
+            if objective is not None and c.name in scaled:
+                own = objective.milliseconds if own is None else min(own, objective.milliseconds)
+            targets[c.name] = own
+        return targets
+
 
 class ZoneStatus(Model):
     """Replicas of one zone."""

@@ -78,8 +78,10 @@ class Pool:
         self.zones = list(spec.zones.names) or ["zone-a", "zone-b", "zone-c"]
         self.dead_zones: set[str] = set()  # down now
         self.known_lost: set[str] = set()  # down, and the operator knows it
+        targets = spec.ttft_targets_ms()  # tightened to the pool's TTFT objective
         self.policies: dict[str, ClassPolicy] = {
-            c.name: ClassPolicy.of(c) for c in spec.admission.classes
+            c.name: ClassPolicy.of(c, ttft_target_ms=targets[c.name])
+            for c in spec.admission.classes
         }
         self.queue_age_classes = scaling.queue_age_classes(
             spec.autoscaling.queue_age_classes,

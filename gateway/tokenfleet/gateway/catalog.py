@@ -193,9 +193,13 @@ class Catalog:
 
 
 def pool_of(key: str, spec: InferencePoolSpec) -> Pool:
+    targets = spec.ttft_targets_ms()
     return Pool(
         key=key,
-        classes={c.name: ClassPolicy.of(c) for c in spec.admission.classes},
+        classes={
+            c.name: ClassPolicy.of(c, ttft_target_ms=targets[c.name])
+            for c in spec.admission.classes
+        },
         max_input_tokens=spec.max_input_tokens,
         routing=RoutingPolicy.of(spec.routing),
         dedicated_to=frozenset(spec.routing.classes),

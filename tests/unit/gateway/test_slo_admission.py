@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from tokenfleet.api.pool import Admission, AdmissionClass
+from tokenfleet.api.pool import Admission, AdmissionClass, InferencePoolSpec
+from tokenfleet.gateway import catalog
 from tokenfleet.gateway.policy import admission
 from tokenfleet.gateway.policy.admission import ClassPolicy, Enqueue, PoolLoad, Start, Waiting
 from tokenfleet.gateway.policy.ledger import Ledger
@@ -265,6 +266,39 @@ def test_default_classes_carry_objectives() -> None:
         ClassPolicy.of(AdmissionClass(name="x", priority=1, ttft_target_ms=250)).patience(0.0)
         == 0.25
     )
+
+
+def test_a_pool_ttft_objective_is_the_patience_of_the_classes_it_is_measured_on() -> None:
+    """The pool's ttftObjective tightens the classes whose queueing drives scaling (critical
+    and interactive by default, not batch); a class with a tighter target of its own keeps it;
+    the gateway's catalog builds its classes this way."""
+    spec = InferencePoolSpec.model_validate(
+        {"autoscaling": {"ttftObjective": {"percentile": 95, "milliseconds": 600}}}
+    )
+    assert spec.ttft_targets_ms() == {"critical": 600, "interactive": 600, "batch": None}
+    pool = catalog.pool_of("ns/chat", spec)
+    assert {n: round(c.patience(0.0), 3) for n, c in pool.classes.items()} == {
+        "critical": 0.6,
+        "interactive": 0.6,
+        "batch": 30.0,
+    }
+    tight = InferencePoolSpec.model_validate(
+        {
+            "autoscaling": {"ttftObjective": {"milliseconds": 600}, "queueAgeClasses": ["fast"]},
+            "admission": {
+                "classes": [
+                    {"name": "fast", "priority": 2, "ttftTargetMs": 300},
+                    {"name": "slow", "priority": 1},
+                ]
+            },
+        }
+    )
+    assert tight.ttft_targets_ms() == {"fast": 300, "slow": None}
+    assert InferencePoolSpec().ttft_targets_ms() == {
+        "critical": 1000,
+        "interactive": 1000,
+        "batch": None,
+    }
 
 
 @pytest.mark.parametrize(

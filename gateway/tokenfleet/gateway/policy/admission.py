@@ -63,8 +63,11 @@ class ClassPolicy:
         return min(self.max_queue_age, left)
 
     @classmethod
-    def of(cls, c: AdmissionClass) -> ClassPolicy:
-        """The class an InferencePool's ``spec.admission.classes`` declares (ms → s, % → share)."""
+    def of(cls, c: AdmissionClass, *, ttft_target_ms: int | None = -1) -> ClassPolicy:
+        """The class an InferencePool's ``spec.admission.classes`` declares (ms → s, % → share);
+        ``ttft_target_ms`` replaces its own (``InferencePoolSpec.ttft_targets_ms``: tightened
+        to the pool's TTFT objective)."""
+        target = c.ttft_target_ms if ttft_target_ms == -1 else ttft_target_ms
         return cls(
             name=c.name,
             priority=c.priority,
@@ -73,7 +76,7 @@ class ClassPolicy:
             default_deadline=c.default_deadline_ms / 1000,
             reserved_share=c.reserved_percent / 100,
             degraded_max_tokens=c.degraded_max_tokens,
-            ttft_target=(c.ttft_target_ms or 0) / 1000,
+            ttft_target=(target or 0) / 1000,
         )
 
 

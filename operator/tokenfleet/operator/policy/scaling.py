@@ -238,7 +238,8 @@ def _bounds(policy: Policy, now: datetime.datetime) -> Bounds:
 
 def queue_age_classes(configured: Sequence[str], classes: Sequence[tuple[str, int]]) -> list[str]:
     """Admission classes (name, priority) whose queue age drives scaling: those configured,
-    else all but the lowest-priority class when there are several (batch waits by design)."""
+    else all but the lowest-priority class when there are several (batch waits by design);
+    ``InferencePoolSpec.scaling_classes`` says the same from a spec."""
     if configured:
         return list(configured)
     lowest = min((priority for _, priority in classes), default=0)
