@@ -437,7 +437,8 @@ def test_install_upgrade_uninstall_leaves_nothing_and_keeps_secrets(
         e["name"]: e.get("value")
         for e in gateway["spec"]["template"]["spec"]["containers"][0]["env"]
     }
-    assert env["TOKENFLEET_GATEWAY_REPLICAS"] == "3"
+    assert env["TOKENFLEET_GATEWAY_REPLICAS"] == "3"  # only until the fleet registry answers
+    assert env["TOKENFLEET_GATEWAY_FLEET"] == f"{ns}/{full}"  # one registry per Deployment
 
     helm("uninstall", release, "-n", ns, "--wait")
     # Pods and ReplicaSets go by garbage collection, a moment after their Deployments.

@@ -21,6 +21,7 @@ PROMPT_TOKENS = "tokenfleet_gateway_prompt_tokens_total"  # tenant, model, outco
 COMPLETION_TOKENS = "tokenfleet_gateway_completion_tokens_total"  # tenant, model, outcome
 QUOTA_BACKEND_UP = "tokenfleet_gateway_quota_backend_up"
 ENDPOINTS = "tokenfleet_gateway_ready_endpoints"  # model
+FLEET_PROCESSES = "tokenfleet_gateway_fleet_processes"  # (gauge) processes sharing the slots
 ROUTING_DECISIONS = "tokenfleet_gateway_routing_decisions_total"  # model, reason
 PREFIX_BLOCKS = "tokenfleet_gateway_prefix_blocks_total"  # model (blocks in routed prompts)
 PREFIX_HIT_BLOCKS = "tokenfleet_gateway_prefix_hit_blocks_total"  # model (held by the endpoint)

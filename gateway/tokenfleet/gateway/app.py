@@ -24,6 +24,7 @@ from tokenfleet.gateway import adapter_catalog, adapter_slots, completion, engin
 from tokenfleet.gateway.accesslog import ACCESS
 from tokenfleet.gateway.budget_store import BudgetStore
 from tokenfleet.gateway.config import Settings
+from tokenfleet.gateway.fleet_registry import FleetRegistry
 from tokenfleet.gateway.intake import authenticate, reject
 from tokenfleet.gateway.live import Live
 from tokenfleet.gateway.metrics import Metrics
@@ -206,6 +207,7 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
         app.cleanup_ctx.append(_metrics_port)
     else:
         app.router.add_get("/metrics", metrics)
+    app.cleanup_ctx.append(_fleet_registry)  # first: registered before the catalog loads
     app.cleanup_ctx.append(_client_session)
     app.cleanup_ctx.append(_access_log)
     app.cleanup_ctx.append(_queue_gauges)
@@ -362,6 +364,20 @@ async def _queue_gauges(app: web.Application) -> Any:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def _fleet_registry(app: web.Application) -> Any:
+    """This process in its fleet's registry (policy.fleet): the slots' share follows the
+    processes alive, not a configured count."""
+    state = app[STATE]
+    registry = FleetRegistry(
+        state.redis,
+        fleet_name=state.settings.fleet_name,
+        configured=state.settings.processes,
+        on_count=state.set_processes,
+    )
+    async with registry.running():
+        yield
 
 
 async def _access_log(_: web.Application) -> Any:

@@ -50,6 +50,9 @@ class Settings:
     """Gateway replicas (TOKENFLEET_GATEWAY_REPLICAS, which the chart sets from its replica
     count): with the workers, they share the quotas (each process's leases and fail-open local
     limits are sized by :attr:`processes`) and the engines' slots."""
+    fleet_name: str = "gateway"
+    """The gateway fleet this process counts itself in (TOKENFLEET_GATEWAY_FLEET, which the chart
+    sets to its namespace and release): processes of one fleet share the engines' slots."""
     salt_secret: bytes = b""
     """HMAC key for cache_salt; every replica must share it."""
     max_body_bytes: int = 4 * 1024 * 1024
@@ -127,6 +130,7 @@ class Settings:
             if os.environ.get("TOKENFLEET_QUOTA_FAILURE") == "closed"
             else "open",
             expected_replicas=int(os.environ.get("TOKENFLEET_GATEWAY_REPLICAS", "1")),
+            fleet_name=os.environ.get("TOKENFLEET_GATEWAY_FLEET") or "gateway",
             salt_secret=secret,
             header_timeout_seconds=float(
                 os.environ.get("TOKENFLEET_HEADER_TIMEOUT_SECONDS") or 15.0

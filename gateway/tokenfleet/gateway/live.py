@@ -28,6 +28,18 @@ class Live:
         self.capacities: dict[str, int] = {}  # pool → this process's concurrency share
         self.processes = processes  # gateway processes sharing the engines' slots
 
+    def set_processes(self, processes: int) -> bool:
+        """The fleet's registry counted ``processes`` sharing the slots: every pool's share is
+        computed again. Returns whether the count changed."""
+        if processes == self.processes:
+            return False
+        self.processes = processes
+        self.capacities = {
+            key: admission.share(capacity(self.catalog, key), processes=processes)
+            for key in self.catalog.pools
+        }
+        return True
+
     def swap(self, catalog: Catalog) -> None:
         """Replace the catalog whole, and wake whoever waits for a change."""
         self.catalog = catalog

@@ -92,6 +92,7 @@ class Metrics:
     completion_tokens: Counter
     quota_backend_up: Gauge
     endpoints: Gauge
+    fleet_processes: Gauge
     routing: RoutingMetrics
     response_cache: ResponseCacheMetrics
     adapters: AdapterMetrics
@@ -191,6 +192,13 @@ class Metrics:
                 names.QUOTA_BACKEND_UP,
                 "1 when the shared quota store answers.",
                 multiprocess_mode="livemin",
+                registry=r,
+            ),
+            fleet_processes=Gauge(
+                names.FLEET_PROCESSES,
+                "Gateway processes this one counts sharing the engines' slots (the fleet "
+                "registry's answer, or the configured count without Redis).",
+                multiprocess_mode="livemax",
                 registry=r,
             ),
             endpoints=Gauge(

@@ -117,6 +117,13 @@ class QuotaStore:
         """The backend's connection (tests cut it to see what a lost connection does)."""
         return self._backend.client
 
+    def set_processes(self, processes: int) -> None:
+        """The fleet's registry counted ``processes``: new grants and fail-open local limits
+        are sized by the new share (what leases hold already stays theirs until given back)."""
+        self._share = 1.0 / max(1, processes)
+        for lease in self._leases.values():
+            lease.share = self._share
+
     @property
     def share(self) -> float:
         """This process's part of every limit, for its leases and fail-open local limits."""

@@ -71,6 +71,18 @@ class GatewayState:
         for key, pool in catalog.pools.items():
             self.admitter.wake(pool=key, policies=pool.classes, capacity=self.live.capacity(key))
 
+    def set_processes(self, processes: int) -> None:
+        """The fleet's registry counted ``processes`` gateway processes: each pool's share of
+        the slots, the quota leases and routing follow; queues wake, in case a share grew."""
+        self.metrics.fleet_processes.set(processes)
+        if not self.live.set_processes(processes):
+            return
+        log.info("%d gateway processes share the engines' slots", processes)
+        self.router.processes = processes
+        self.quotas.set_processes(processes)
+        for key, pool in self.catalog.pools.items():
+            self.admitter.wake(pool=key, policies=pool.classes, capacity=self.live.capacity(key))
+
     def report_routes(self, catalog: Catalog) -> None:
         """Log each route problem once (a shadowed name, a classifier without weights) and set
         the classifier gauge of every route that has one."""
