@@ -483,7 +483,10 @@ class Reconciler:
         """Demand for the pool from its signals: (replicas, status block, metrics fresh?, the
         configured signals without data and why)."""
         if self.signals is None or model is None:
-            return 0, None, None, ()
+            # nothing to decide on, but a known event's floor holds (0: replicas.min decides)
+            own = scaling.Policy.of(spec.autoscaling, spec.replicas)
+            floor = scaling.scheduled_floor(own, now)
+            return (floor if floor > spec.replicas.min else 0), None, None, ()
         meta = body["metadata"]
         ns, name = meta["namespace"], meta["name"]
         state = self.scaling.get(meta["uid"]) or scaling.State(

@@ -672,3 +672,11 @@ def test_a_latency_objective_scales_the_replicas_its_percentile_was_measured_on(
     )
     assert decision.recommendations["TPOTObjective"] == 7, decision.message
     assert decision.state.ready_seen == ((T - 30, 3), (T, 6))
+
+
+def test_a_pool_without_signals_holds_its_scheduled_floor() -> None:
+    """No model yet (or no Prometheus): nothing to decide on, but a known event's floor holds
+    (example 01 planned 9 replicas instead of 18 during its Monday window without a model)."""
+    policy = dataclasses.replace(BASE, min_replicas=6, schedules=(LAUNCH,))
+    assert scaling.scheduled_floor(policy, MONDAY_9) == 12
+    assert scaling.scheduled_floor(policy, MONDAY_9 + datetime.timedelta(hours=4)) == 6

@@ -236,6 +236,13 @@ def _bounds(policy: Policy, now: datetime.datetime) -> Bounds:
     return Bounds(low, max(low, high), low_why, high_why)
 
 
+def scheduled_floor(policy: Policy, now: datetime.datetime) -> int:
+    """The fewest replicas the bounds allow now: ``replicas.min``, raised by an active schedule
+    window (a known event) — what a pool holds without signals to decide on (no model yet, no
+    Prometheus configured)."""
+    return _bounds(policy, now).low
+
+
 def queue_age_classes(configured: Sequence[str], classes: Sequence[tuple[str, int]]) -> list[str]:
     """Admission classes (name, priority) whose queue age drives scaling: those configured,
     else all but the lowest-priority class when there are several (batch waits by design);
