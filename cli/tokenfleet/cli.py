@@ -28,6 +28,8 @@ commands:
                        a combined pool or prefill + decode pools: which wins, what binds
   simulate SCENARIO.yaml [--scaler S] [--profile P.json] [--out DIR]
                        replay traffic against a simulated fleet under each scaling policy
+  simulate --disaggregation D.yaml [--profile P.json]
+                       size and simulate a combined pool against prefill + decode pools
   route train-classifier PROMPTS.jsonl -o OUT [--configmap NAME] [--seed 0]
                        train a ModelRoute's prompt classifier; prints held-out accuracy
   usage [--since 24h] [--tenant NS/NAME] [-o table|json|csv] [--cost] [--plot P.png]

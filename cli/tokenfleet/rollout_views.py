@@ -203,7 +203,14 @@ def pools(bodies: Sequence[Mapping[str, Any]]) -> View:
     table = Table(
         title="Pools",
         columns=(
-            "POOL", "ZONE", "DESIRED", "READY", "WARM", "HEALTHY", "SCALING REASON", "PREVIEW"
+            "POOL",
+            "ZONE",
+            "DESIRED",
+            "READY",
+            "WARM",
+            "HEALTHY",
+            "SCALING REASON",
+            "PREVIEW",
         ),
         rows=tuple(rows),
     )

@@ -82,7 +82,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, help="calibrate replicas from this JSON profile")
     parser.add_argument("--out", type=Path, help="directory for results.json and timeline.png")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--disaggregation",
+        action="store_true",
+        help="SCENARIO is a disaggregation workload (docs/disaggregation.md): size a combined "
+        "pool and a prefill + decode pair, simulate both, say which wins and what binds (the "
+        "same as tokenfleet plan --disaggregation SCENARIO --simulate)",
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.disaggregation:
+        from tokenfleet.capacity import disaggregate  # the planner's sizing, then its check
+
+        return disaggregate.main(args.scenario, args.profile, simulate=True)
     try:
         scenario = load(args.scenario, args.profile)
     except (ValidationError, CalibrationError, yaml.YAMLError, OSError) as exc:
