@@ -50,7 +50,17 @@ def sims(tmp_path: Path) -> Iterator[list[Sim]]:
 def config(sims: list[Sim]) -> dict[str, Any]:
     return {
         "models": [{"name": "m", "endpoints": [s.url for s in sims], "maxConcurrency": SEQS}],
-        "pools": [{"name": "default"}],
+        # one class, nothing reserved: the default classes keep 10 % of the slots for critical,
+        # which at a share of 2 slots leaves batch 1 — the engines would then look half idle
+        # because of reservations, not because of the fleet's count
+        "pools": [
+            {
+                "name": "default",
+                "admission": {
+                    "classes": [{"name": "batch", "priority": 100, "maxQueueAgeMs": 30000}]
+                },
+            }
+        ],
         "tenants": [
             {
                 "name": "load",
@@ -81,8 +91,9 @@ def call(g: Gateway, max_tokens: int = 40) -> int:
 
 
 class EnginePeak:
-    """The most requests each engine held (running + waiting) while the block ran: more than
-    its slots means the gateways together admitted more than the engines can run."""
+    """The most requests the engines held together (running + waiting, summed at one moment,
+    give or take a scrape) while the block ran, and each engine's own most: a sum above the
+    engines' slots means the gateways together admitted more than the engines can run."""
 
     def __init__(self, sims: list[Sim]) -> None:
         self.sims, self.peaks, self.total = sims, [0] * len(sims), 0
@@ -124,18 +135,25 @@ def test_the_slots_are_shared_by_the_processes_alive_as_the_gateways_scale(
         with EnginePeak(sims) as alone:
             assert burst([a], 2 * slots) == [200] * (2 * slots)
         # one process: its share is every slot, and a burst of twice that fills them all
-        assert alone.total >= slots - 1 and max(alone.peaks) <= SEQS, (alone.total, alone.peaks)
+        assert alone.total >= slots - 1, (alone.total, alone.peaks)
 
         b = start_gateway(tmp_path, conf, "--redis", redis.url)
         c = start_gateway(tmp_path, conf, "--redis", redis.url)
         try:
-            wait_for("A to count 3 processes", lambda: counted(a) == 3, timeout=5, every=0.2)
-            assert counted(b) == counted(c) == 3
+            # B counted 2 until its first beat after C registered: each within a beat
+            wait_for(
+                "every process to count 3",
+                lambda: all(counted(g) == 3 for g in (a, b, c)),
+                timeout=5,
+                every=0.2,
+            )
             with EnginePeak(sims) as three:
                 got = burst([a, b, c], 6 * slots)
             assert got == [200] * (6 * slots)  # every request queued and served
             # three processes each admitting all 8 slots would put 24 into 8 slots
-            assert all(p <= SEQS for p in three.peaks), three.peaks
+            # in flight at one moment, summed over the engines (each engine's own peak may top
+            # its 4 when the three processes' routing happens to agree: the fleet bounds the sum)
+            assert three.total <= slots, (three.total, three.peaks)
             assert three.total >= 3 * (slots // 3) - 1, three.total  # each its share, used
         finally:
             stop(b.process)
@@ -151,4 +169,4 @@ def test_the_slots_are_shared_by_the_processes_alive_as_the_gateways_scale(
         stop(d.process, signal.SIGKILL)
         started = time.monotonic()
         wait_for("A to drop the dead one", lambda: counted(a) == 1, timeout=8, every=0.2)
-        assert time.monotonic() - started < 5.5
+        assert time.monotonic() - started < 6.5  # its 3 s TTL, a beat, and a scrape
