@@ -69,6 +69,13 @@ def _request(max_tokens: int, *, version: str = "1.1") -> bytes:
     ).encode() + body
 
 
+#: Tokens of an answer long enough to back the engine's connection up behind a client that reads
+#: nothing: ~200 bytes an event, about 12 MB, well past what the gateway-to-client socket may buffer
+#: on its own (tcp_wmem's 4 MB maximum here). 20,000 tokens (~4 MB) could all fit there, and a
+#: fresh-clone run once waited 30 s for a back-up that never came.
+LONG_ANSWER = 60_000
+
+
 def _read_all(sock: socket.socket, *, until: bytes) -> bytes:
     data = bytearray()
     while True:
@@ -97,7 +104,7 @@ def test_a_slow_client_stops_the_gateway_reading_the_engine_and_then_gets_every_
     """While the client reads nothing, the relay stops reading the engine's connection (its
     unread bytes pile up in the kernel, towards the engine), instead of buffering the whole
     answer in the gateway; once the client reads, every token arrives, in order, and [DONE]."""
-    tokens = 20_000
+    tokens = LONG_ANSWER
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=60) as client:
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
         client.sendall(_request(tokens))
@@ -143,7 +150,7 @@ def test_a_slow_client_does_not_count_as_engine_inter_token_latency(
     before = _gaps_over(gateway, "1.0")
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=60) as client:
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-        client.sendall(_request(20_000, version=version))
+        client.sendall(_request(LONG_ANSWER, version=version))
         wait_for(
             "the engine's connection to the gateway to back up",
             lambda: _unread_from(sim.port) > 64 * 1024,
