@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
@@ -571,6 +572,16 @@ class Cost(Model):
         return self
 
 
+def scaling_classes(configured: Sequence[str], classes: Sequence[tuple[str, int]]) -> list[str]:
+    """Admission classes (name, priority) whose queueing drives scaling: those configured,
+    else all but the lowest-priority class when there are several (batch waits by design)."""
+    if configured:
+        return list(configured)
+    lowest = min((priority for _, priority in classes), default=0)
+    above = [name for name, priority in classes if priority > lowest]
+    return above or [name for name, _ in classes]
+
+
 class InferencePoolSpec(Model):
     """Desired capacity, on GPU nodes or (accelerator.kind CPU) on CPU nodes."""
 
@@ -652,12 +663,10 @@ class InferencePoolSpec(Model):
         """Admission classes whose queueing drives scaling (and whose TTFT the objective is
         measured on): ``autoscaling.queueAgeClasses``, else all but the lowest-priority class
         when there are several (batch waits by design)."""
-        if self.autoscaling.queue_age_classes:
-            return list(self.autoscaling.queue_age_classes)
-        classes = self.admission.classes
-        lowest = min((c.priority for c in classes), default=0)
-        above = [c.name for c in classes if c.priority > lowest]
-        return above or [c.name for c in classes]
+        return scaling_classes(
+            self.autoscaling.queue_age_classes,
+            [(c.name, c.priority) for c in self.admission.classes],
+        )
 
     def ttft_targets_ms(self) -> dict[str, int | None]:
         """Each class's time-to-first-token target for admission: its own ``ttftTargetMs``,

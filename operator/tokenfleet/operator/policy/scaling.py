@@ -24,7 +24,7 @@ import enum
 import math
 from collections.abc import Sequence
 
-from tokenfleet.api.pool import Autoscaling, LatencyObjective, ReplicaBounds
+from tokenfleet.api.pool import Autoscaling, LatencyObjective, ReplicaBounds, scaling_classes
 from tokenfleet.api.pool import Forecast as ForecastSpec
 from tokenfleet.operator.policy import forecast
 
@@ -245,13 +245,9 @@ def scheduled_floor(policy: Policy, now: datetime.datetime) -> int:
 
 def queue_age_classes(configured: Sequence[str], classes: Sequence[tuple[str, int]]) -> list[str]:
     """Admission classes (name, priority) whose queue age drives scaling: those configured,
-    else all but the lowest-priority class when there are several (batch waits by design);
-    ``InferencePoolSpec.scaling_classes`` says the same from a spec."""
-    if configured:
-        return list(configured)
-    lowest = min((priority for _, priority in classes), default=0)
-    above = [name for name, priority in classes if priority > lowest]
-    return above or [name for name, _ in classes]
+    else all but the lowest-priority class when there are several (batch waits by design):
+    the API's one rule, which ``InferencePoolSpec.scaling_classes`` applies to a spec."""
+    return scaling_classes(configured, classes)
 
 
 #: Signals that measure a backlog (an integral of past shortfall): they keep growing while new
