@@ -46,7 +46,8 @@ PROMETHEUS_OPERATOR_API = "monitoring.coreos.com/v1"
 
 SECRETS_NOTE = """\
 # Create the three random Secrets first (every gateway replica must share the salt; the
-# engine key is what engines require of the gateway, and the operator copies to each pool):
+# engine key is the installation's: the gateway holds it, and the operator writes each pool the
+# key derived from it for the pool's namespace, which its engines require):
 #   kubectl create namespace tokenfleet-system
 #   kubectl -n tokenfleet-system create secret generic tokenfleet-gateway-salt \\
 #     --from-literal=salt="$(head -c 32 /dev/urandom | base64)"

@@ -56,3 +56,8 @@ VERDICT = f"{PREFIX}/verdict"
 #: since. The operator sets it as `kubectl rollout restart` sets its annotation; a pod without
 #: it was started before any such restart.
 TRUST_FINGERPRINT = f"{PREFIX}/trust-fingerprint"
+#: On a worker Deployment's pod template (so on its pods): a fingerprint of the engine key its
+#: pods serve behind (tokenfleet.api.engine_key.fingerprint). A pod reads the key from its
+#: Secret once, at start: a new key (the per-namespace key on upgrade, a rotated installation
+#: key) changes the template, so the workers roll onto it instead of refusing the gateway.
+ENGINE_KEY_FINGERPRINT = f"{PREFIX}/engine-key-fingerprint"

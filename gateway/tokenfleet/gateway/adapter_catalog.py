@@ -134,7 +134,7 @@ def loaders_of(pods: Iterable[Mapping[str, Any]]) -> dict[str, Loader]:
 
 def namespace_of(endpoint: Endpoint) -> str:
     """An endpoint's namespace, from its pool's key ("" in static mode)."""
-    return endpoint.pool.partition("/")[0] if "/" in endpoint.pool else ""
+    return endpoint.namespace
 
 
 def attached(

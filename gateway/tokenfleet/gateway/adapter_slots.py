@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import aiohttp
 
 from tokenfleet.gateway.adapter_catalog import Adapter, Loader
+from tokenfleet.gateway.engine_keys import EngineKeys
 from tokenfleet.gateway.metrics import AdapterMetrics
 from tokenfleet.gateway.policy import adapter_loads, routing
 from tokenfleet.gateway.policy import adapters as placement
@@ -77,8 +78,10 @@ class Replica:
 class AdapterSlots:
     """Adapter state of one gateway process (touched only from its event loop)."""
 
-    def __init__(self, metrics: AdapterMetrics) -> None:
+    def __init__(self, metrics: AdapterMetrics, *, engine_keys: EngineKeys | None = None) -> None:
         self.metrics = metrics
+        self.engine_keys = engine_keys or EngineKeys()
+        """The sidecars require their namespace's engine key, as their engines do."""
         self.session: aiohttp.ClientSession | None = None
         """What loads go through (the app makes it at start: a session needs the loop)."""
         self.replicas: dict[str, Replica] = {}  # endpoint URL → its adapters
@@ -204,7 +207,10 @@ class AdapterSlots:
         timeout = aiohttp.ClientTimeout(total=LOAD_PATIENCE * adapter.load_timeout_seconds)
         try:
             async with session.post(
-                r.loader.url + "/v1/adapters/load", json=body, timeout=timeout
+                r.loader.url + "/v1/adapters/load",
+                json=body,
+                timeout=timeout,
+                headers=self.engine_keys.headers(r.namespace),
             ) as answer:
                 outcome = adapter_loads.judge(answer.status, await answer.read())
         except TimeoutError:
@@ -245,7 +251,10 @@ class AdapterSlots:
         timeout = aiohttp.ClientTimeout(total=UNLOAD_TIMEOUT_SECONDS)
         try:
             async with session.post(
-                r.loader.url + "/v1/adapters/unload", json={"name": name}, timeout=timeout
+                r.loader.url + "/v1/adapters/unload",
+                json={"name": name},
+                timeout=timeout,
+                headers=self.engine_keys.headers(r.namespace),
             ) as answer:
                 gone = answer.status in (200, 404)
         except (TimeoutError, aiohttp.ClientError):
@@ -318,10 +327,13 @@ async def refresh_forever(
     endpoint URL → (its loader, its namespace), as the current catalog has them."""
     timeout = aiohttp.ClientTimeout(total=max(0.5, interval))
 
-    async def one(url: str, loader: Loader) -> None:
+    async def one(url: str, replica: Replica) -> None:
         asked_at = time.monotonic()
+        auth = slots.engine_keys.headers(replica.namespace)
         try:
-            async with session.get(loader.url + "/v1/adapters", timeout=timeout) as r:
+            async with session.get(
+                replica.loader.url + "/v1/adapters", timeout=timeout, headers=auth
+            ) as r:
                 listing = adapter_loads.listed(await r.read()) if r.status == 200 else None
         except (aiohttp.ClientError, TimeoutError):
             return
@@ -333,5 +345,5 @@ async def refresh_forever(
         slots.retire({u: loader for u, (loader, _) in live.items()}, now=time.monotonic())
         for url, (loader, namespace) in live.items():
             slots.replica(url, loader, namespace)
-        await asyncio.gather(*(one(u, r.loader) for u, r in list(slots.replicas.items())))
+        await asyncio.gather(*(one(u, r) for u, r in list(slots.replicas.items())))
         await asyncio.sleep(interval)

@@ -24,6 +24,7 @@ from tokenfleet.gateway import adapter_catalog, adapter_slots, completion, engin
 from tokenfleet.gateway.accesslog import ACCESS
 from tokenfleet.gateway.budget_store import BudgetStore
 from tokenfleet.gateway.config import Settings
+from tokenfleet.gateway.engine_keys import EngineKeys
 from tokenfleet.gateway.fleet_registry import FleetRegistry
 from tokenfleet.gateway.intake import authenticate, reject
 from tokenfleet.gateway.live import Live
@@ -229,8 +230,9 @@ PATHS: dict[str, bodies.Kind] = {
 
 def build(settings: Settings, registry: Metrics) -> GatewayState:
     """The process's parts: one Redis backend shared by every store, the routing and queue
-    state, the engines' connections."""
+    state, the engines' connections (with each namespace's engine key, derived once)."""
     redis = Backend(settings.redis_url)
+    keys = EngineKeys(settings.engine_key)
     return GatewayState(
         settings=settings,
         metrics=registry,
@@ -248,10 +250,10 @@ def build(settings: Settings, registry: Metrics) -> GatewayState:
         usage=UsageLedger(backend=redis, registry=registry.registry),
         admitter=Admitter(),
         router=router.Router(settings, registry.routing),
-        adapters=adapter_slots.AdapterSlots(registry.adapters),
+        adapters=adapter_slots.AdapterSlots(registry.adapters, engine_keys=keys),
         remotes=Remotes(settings.remote_keys_dir),
         engines=engine_http.Client(
-            connect_seconds=settings.upstream_connect_seconds, engine_key=settings.engine_key
+            connect_seconds=settings.upstream_connect_seconds, engine_keys=keys
         ),
     )
 
@@ -331,8 +333,8 @@ async def _adapter_listings(app: web.Application) -> Any:
 
     # short connections, as the /metrics scrape: a listing every few seconds per worker
     session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(force_close=True), headers=_sidecar_auth(state.settings)
-    )
+        connector=aiohttp.TCPConnector(force_close=True)
+    )  # each request carries its sidecar's namespace's key (adapter_slots)
     task = asyncio.create_task(
         adapter_slots.refresh_forever(state.adapters, session, loaders, interval=interval)
     )
@@ -385,11 +387,6 @@ async def _access_log(_: web.Application) -> Any:
         yield
 
 
-def _sidecar_auth(settings: Settings) -> dict[str, str]:
-    """The engine key for the adapter sidecars, which require it as their engines do."""
-    return {"Authorization": f"Bearer {settings.engine_key}"} if settings.engine_key else {}
-
-
 async def _metrics_port(app: web.Application) -> Any:
     """/metrics on its own port (settings.metrics_port), never on the public API's: it names
     every tenant and their usage. Every worker process binds it (SO_REUSEPORT), and any of
@@ -414,8 +411,7 @@ async def _client_session(app: web.Application) -> Any:
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=None, connect=state.settings.upstream_connect_seconds),
         auto_decompress=False,
-        headers=_sidecar_auth(state.settings),
-    )
+    )  # each load carries its sidecar's namespace's key (adapter_slots)
     yield
     await state.close()
     await state.adapters.session.close()

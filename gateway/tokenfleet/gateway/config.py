@@ -102,9 +102,12 @@ class Settings:
     gateway.remoteKeySecrets; TOKENFLEET_REMOTE_KEYS_DIR). The gateway never reads Secrets
     through the API, so a route can only use a key the platform team mounted."""
     engine_key: str = dataclasses.field(default="", repr=False)
-    """The key engines and their adapter sidecars serve behind (TOKENFLEET_ENGINE_API_KEY, the
-    chart's engine-key Secret, which the operator copies to each pool): sent as Authorization
-    on every engine and sidecar request. "": engines that take requests without a key."""
+    """The installation's engine key (TOKENFLEET_ENGINE_API_KEY, the chart's engine-key Secret).
+    Each namespace's engines and adapter sidecars serve behind the key derived from it for
+    that namespace (tokenfleet.api.engine_key, which the operator writes into each pool's
+    Secret); the gateway sends that one as Authorization on every engine and sidecar request
+    (static mode's endpoints, which have no namespace, get this key as it is). "": engines
+    that take requests without a key."""
     metrics_port: int = 0
     """Where /metrics is served (TOKENFLEET_METRICS_PORT), apart from the API port: it names
     every tenant and their usage, so the public Service never exposes it. 0: on the API port

@@ -24,6 +24,7 @@ import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import cast
 
+from tokenfleet.gateway.engine_keys import EngineKeys
 from tokenfleet.gateway.policy.http1 import Head, ParseError, ResponseParser
 
 IDLE_SECONDS = 4.0  # under uvicorn's 5 s keep-alive (vLLM's server), so it never closes first
@@ -273,14 +274,11 @@ class Client:
     caller (attempts.py) decides whether to try another endpoint. Resending here would run a
     POST twice whenever the engine had taken it before the connection broke."""
 
-    def __init__(self, *, connect_seconds: float, engine_key: str = "") -> None:
+    def __init__(self, *, connect_seconds: float, engine_keys: EngineKeys | None = None) -> None:
         self._connect_seconds = connect_seconds
-        # Engines serve behind vLLM's --api-key (the operator's plan.isolation): a request that
-        # names no Authorization of its own (every engine request; a remote gateway's always
-        # carries that remote's key) goes with this one. "": engines take requests without.
-        self._engine_auth = (
-            b"Authorization: Bearer %s\r\n" % engine_key.encode("latin-1") if engine_key else b""
-        )
+        # Engines serve behind vLLM's --api-key, each namespace's its own (the operator's
+        # plan.isolation): a request to an engine names its namespace and goes with that key.
+        self._engine_keys = engine_keys or EngineKeys()
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._busy: set[_Connection] = set()
         self._ssl: ssl.SSLContext | None = None
@@ -306,16 +304,29 @@ class Client:
 
     @contextlib.asynccontextmanager
     async def post(
-        self, url: str, body: bytes, headers: Mapping[str, str]
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        engine_namespace: str | None = None,
     ) -> AsyncIterator[Exchange]:
         """Send one POST; yield its exchange once the answer's head arrived. Leaving the block
-        pools the connection if the answer was read to its end, else closes it."""
+        pools the connection if the answer was read to its end, else closes it.
+        ``engine_namespace``: the POST goes to an engine of that namespace, with its key ("":
+        static mode's engines, the configured key); None: to anything else (a remote, which
+        gets only the Authorization in ``headers``)."""
         origin, start = self._target(url)
         own = any(name.lower() == "authorization" for name in headers)
+        auth = (
+            b""
+            if own or engine_namespace is None
+            else self._engine_keys.header_line(engine_namespace)
+        )
         request = b"%sContent-Length: %d\r\n%s%s\r\n%s" % (
             start,
             len(body),
-            b"" if own else self._engine_auth,
+            auth,
             _header_lines(headers),
             body,
         )

@@ -3,9 +3,12 @@
 
 The route resolves the public name to a concrete served model early, so everything after it
 (placement, quotas, queues, streaming, cancellation, usage, metrics by model) is the existing
-path for the target. Authorization: a tenant allowed the route's public name may use every
-target the route chooses (the route is the grant, written in the tenant's namespace by whoever
-writes its Tenants); an adapter target still checks the adapter's own tenants list. The
+path for the target. Authorization (:func:`permits`): a tenant must be allowed the route's
+public name; a route of the tenant's own namespace then grants every target it chooses (it is
+written where the tenant's Tenant is, by that namespace's admin), while a route found in another
+namespace grants nothing — its author has no say over this tenant, so each target it chooses
+must be one the tenant's ``allowedModels`` names (issue 35, finding 4). An adapter target
+checks the adapter's own tenants list either way. The
 classifier scores the latest user turn only when the route has rules that read a score and
 weights loaded for them.
 """
@@ -100,9 +103,29 @@ def direct(
         )
     seen = facts(catalog, entry, tenant=tenant, parsed=parsed, headers=headers)
     decision = model_routes.choose(entry.route, facts=seen, draw=draw())
-    return Directed(
+    directed = Directed(
         parsed=dataclasses.replace(parsed, model=decision.model), entry=entry, decision=decision
     )
+    if not permits(catalog, entry, tenant=tenant, target=decision.model):
+        return Rejected(
+            reason=Reason.ROUTE_TARGET_NOT_ALLOWED,
+            param="model",
+            message=f"route '{entry.name}' chose '{decision.model}' ({directed.header}), which "
+            "you may not call: a route of another namespace serves only the models your "
+            "Tenant's allowedModels lists",
+        )
+    return directed
+
+
+def permits(catalog: Catalog, entry: RouteEntry, *, tenant: Tenant, target: str) -> bool:
+    """Whether the route may serve ``target`` to the tenant: always from a route of the
+    tenant's own namespace (the route is that namespace's grant), else only a model the tenant
+    may call by name. A target that is no model is left to the adapter's own tenants list, or
+    to :func:`unserved`."""
+    if entry.namespace == tenant.namespace:
+        return True
+    model = catalog.model(target, tenant.namespace)
+    return model is None or tenant.may_use(target, model)
 
 
 def unserved(catalog: Catalog, directed: Directed, *, namespace: str) -> Rejected | None:

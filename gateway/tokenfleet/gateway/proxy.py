@@ -105,6 +105,9 @@ class Call:
     write_stall: float = WRITE_STALL_SECONDS
     """Seconds a write to the client may wait for its buffer to drain before the client counts
     as gone (Settings.write_stall_seconds)."""
+    engine_namespace: str | None = None
+    """The namespace of the engine called, whose key goes with the request (engine_http);
+    None: a remote, which gets only its own Authorization."""
 
 
 def _served_by(call: Call, upstream: engine_http.Exchange, outcome: Outcome) -> str:
@@ -167,7 +170,9 @@ async def forward(
         async with asyncio.timeout(budget):
             # leaving early closes the connection: that is what makes vLLM abort the request
             meter.dispatched = True
-            async with client.post(call.url, call.body, call.upstream_headers) as upstream:
+            async with client.post(
+                call.url, call.body, call.upstream_headers, engine_namespace=call.engine_namespace
+            ) as upstream:
                 meter.sent = True
                 outcome.status = upstream.status
                 if upstream.status >= 400:

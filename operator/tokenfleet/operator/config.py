@@ -87,9 +87,11 @@ class OperatorConfig:
     the default is the namespace the install docs, manifests/ and the local platform use."""
 
     engine_key: str = dataclasses.field(default="", repr=False)
-    """The key every engine serves behind (vLLM's --api-key), copied into a Secret per pool;
-    the gateway holds the same one. The chart sets it from its engine-key Secret; empty: the
-    engines take requests without a key (only for a platform that has no other way in)."""
+    """The installation's engine key, which the gateway holds too. Each pool's Secret gets the
+    key derived from it for the pool's namespace (tokenfleet.api.engine_key), which its
+    engines serve behind (vLLM's --api-key). The chart sets it from its engine-key Secret;
+    empty: the engines take requests without a key (only for a platform that has no other way
+    in)."""
 
     network_policy: bool = True
     """Render a NetworkPolicy per pool admitting only the gateway's pods (and the scrapers'

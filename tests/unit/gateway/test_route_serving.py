@@ -7,8 +7,10 @@ out, two claiming a name: the first by namespace/name) and only labelled ConfigM
 model's or an adapter's name wins over a route's (shadowed); a tenant's own namespace first;
 the latest user turn scored (chat, Responses, completions); a request directed (the target in
 the body, the rule in the header), refused when the tenant may not use the route, and a target
-nothing serves refused with route_target_not_found; the score computed only when a rule reads
-it; the static file's routes and configMaps.
+nothing serves refused with route_target_not_found; a route of the tenant's own namespace
+grants its targets, another namespace's route only those the tenant may call (else
+route_target_not_allowed); the score computed only when a rule reads it; the static file's
+routes and configMaps.
 """
 
 from __future__ import annotations
@@ -327,7 +329,8 @@ def test_route_rules_name_tenants_and_groups_of_the_routes_namespace(
         TenantSpec.model_validate(
             {
                 "apiKeySecretRef": {"name": "k"},
-                "allowedModels": ["chat-auto"],
+                # the targets too: a route of another namespace grants none (test below)
+                "allowedModels": ["chat-auto", "small", "large"],
                 "cacheIsolation": iso,
             }
         ),
@@ -375,3 +378,42 @@ def test_a_fallback_serves_only_tenants_allowed_to_call_it(
     assert not isinstance(primary, Rejected), primary
     chosen = placement.spare_for(c, primary, tenant=who, prompt_tokens=4)
     assert (chosen.model.name if chosen else None) == spare
+
+
+@pytest.mark.parametrize(
+    ("route_ns", "allowed", "served"),
+    [
+        pytest.param("team", ("chat-auto",), "large", id="own-namespace-route-is-the-grant"),
+        pytest.param("aaa", ("chat-auto",), None, id="foreign-route-target-not-allowed"),
+        pytest.param("aaa", ("chat-auto", "large"), "large", id="foreign-route-target-allowed"),
+        pytest.param("aaa", ("*",), "large", id="foreign-route-tenant-allowed-all"),
+    ],
+)
+def test_a_route_of_another_namespace_serves_only_targets_the_tenant_may_call(
+    route_ns: str, allowed: tuple[str, ...], served: str | None
+) -> None:
+    """A route grants its targets only to the Tenants of its own namespace (whoever writes
+    them writes its routes). A tenant whose namespace has no `chat-auto` finds another
+    namespace's route by name, and that route's author must not choose which of the tenant's
+    namespace's models it gets (finding 4 of issue 35: targets skipped the model check, so a
+    route in namespace `aaa` served team's `large` to a tenant allowed only `chat-auto`)."""
+    c = catalog.from_objects(
+        pools=[obj({}, "p"), obj({}, "p", "aaa")],
+        models=[deployment("small"), deployment("large")],
+        tenants=[],
+        secrets=[],
+        pods=[],
+        routes=[obj(spec(target="large"), "auto", route_ns)],
+    )
+    directed = model_routing.direct(c, tenant(allowed), parsed(), headers={}, draw=lambda: 0)
+    if served is None:
+        assert isinstance(directed, Rejected), directed
+        assert directed.reason.value == "route_target_not_allowed" and directed.status == 403
+        assert "'large'" in directed.message and "chat-auto/default" in directed.message
+        return
+    assert isinstance(directed, model_routing.Directed), directed
+    assert directed.parsed.model == served
+    from tokenfleet.gateway import placement
+
+    placed = placement.place(c, tenant(allowed), directed.parsed, granted=True)
+    assert not isinstance(placed, Rejected) and placed.model.name == served

@@ -2,7 +2,8 @@
 findings 1 and 5; docs/security.md lists each promise with its test here).
 
 Matrix: a pool's rendered children (NetworkPolicy admits only the gateway and the scrapers,
-the engine key Secret, the worker and sidecar containers serving behind it) × the worker pod's
+the engine key Secret — its namespace's key, never the installation's, so one namespace's
+engines refuse another's — the worker and sidecar containers serving behind it) × the worker pod's
 privileges (user, capabilities, escalation, seccomp, token) × the readiness probe against an
 engine that requires the key × the image policy (a spec naming an image without the verify-first
 entrypoint is held, and Ready pods of such an image are never Verified) × the engine flags a
@@ -12,12 +13,16 @@ spec may not pass (each refused by pydantic and by the CRD's CEL rule, dash and 
 
 from __future__ import annotations
 
+import base64
 import datetime
 import http.server
 import os
+import re
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -165,15 +170,79 @@ def test_the_engine_serves_behind_the_pool_key() -> None:
         assert KEY not in str(containers[name].get("args", [])), name
 
 
+def rendered_key(namespace: str) -> str:
+    """The engine key the operator writes into a pool's Secret in ``namespace``."""
+    (secret,) = applied(namespace=namespace)["Secret"]
+    return base64.b64decode(secret["data"]["key"]).decode()
+
+
+def _status(port: int, key: str) -> int:
+    ask = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions",
+        data=b"{}",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    try:
+        with urllib.request.urlopen(ask, timeout=5) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_each_namespace_gets_its_own_engine_key(keyed_engine_of: Any) -> None:
+    """One namespace's key never opens another's engines (issue 35, finding 1: every pool's
+    Secret held the installation's key, so a namespace admin who read their copy could call
+    every namespace's engines). Each Secret holds HMAC-SHA256(installation key, namespace),
+    a valid bearer token, never the installation's key itself."""
+    a, b = rendered_key("team-a"), rendered_key("team-b")
+    assert a != b and KEY not in (a, b)
+    assert rendered_key("team-a") == a  # stable: a re-render does not roll the workers' key
+    for key in (a, b):
+        assert re.fullmatch(r"[A-Za-z0-9._~+/-]+=*", key) and len(key) >= 43  # RFC 6750 token
+    port = keyed_engine_of(a)  # an engine of team-a, serving behind its pool's Secret
+    assert _status(port, a) == 200
+    assert _status(port, b) == 401  # team-b's admin, with the key their own Secret holds
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "rolls"),
+    [
+        pytest.param(("ns", KEY), ("ns", KEY), False, id="same-key-same-pods"),
+        pytest.param(("ns", KEY), ("ns", KEY + "-rotated"), True, id="rotated-key-rolls"),
+        pytest.param(("ns", KEY), ("other", KEY), True, id="another-namespaces-key-differs"),
+    ],
+)
+def test_a_new_engine_key_rolls_the_workers(
+    before: tuple[str, str], after: tuple[str, str], rolls: bool
+) -> None:
+    """A pod reads VLLM_API_KEY from its Secret once, at start: a pod started before the key
+    changed (the upgrade to per-namespace keys, a rotation) would refuse the gateway until
+    replaced. The key's fingerprint is on the pod template, so a new key rolls the workers
+    (maxUnavailable 0); the key itself never is."""
+
+    def template(namespace: str, key: str) -> dict[str, Any]:
+        plan = pools.plan_pool(inputs(namespace=namespace, peers=PEERS, engine_key=key))
+        (deployment,) = [m for m in plan.apply if m["kind"] == "Deployment"]
+        annotations: dict[str, Any] = deployment["spec"]["template"]["metadata"]["annotations"]
+        assert after[1] not in str(annotations) and before[1] not in str(annotations)
+        return annotations
+
+    old, new = template(*before), template(*after)
+    assert labels.ENGINE_KEY_FINGERPRINT in old
+    assert (old != new) is rolls
+
+
 class _KeyedEngine(http.server.BaseHTTPRequestHandler):
     """vLLM with --api-key: /v1 needs the Bearer key, /metrics does not."""
+
+    key = KEY
 
     def do_GET(self) -> None:
         self._answer(200, b"")  # /metrics, empty: an idle engine
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        good = self.headers.get("Authorization") == f"Bearer {KEY}"
+        good = self.headers.get("Authorization") == f"Bearer {self.key}"
         self._answer(200 if good else 401, b"{}")
 
     def _answer(self, status: int, body: bytes) -> None:
@@ -187,17 +256,32 @@ class _KeyedEngine(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def keyed_engine() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeyedEngine)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
+def keyed_engine_of() -> Iterator[Any]:
+    """Start an engine serving behind a given key; its port."""
+    servers: list[http.server.ThreadingHTTPServer] = []
+
+    def start(key: str) -> int:
+        handler = type("Engine", (_KeyedEngine,), {"key": key})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return int(server.server_address[1])
+
+    yield start
+    for server in servers:
+        server.shutdown()
+
+
+@pytest.fixture
+def keyed_engine(keyed_engine_of: Any) -> int:
+    """An engine serving behind the key the operator renders for namespace ns."""
+    return int(keyed_engine_of(rendered_key("ns")))
 
 
 @pytest.mark.parametrize(
     ("env", "ready"),
     [
-        pytest.param({"VLLM_API_KEY": KEY}, True, id="with-the-pod-key"),
+        pytest.param({"VLLM_API_KEY": "<the pool's>"}, True, id="with-the-pod-key"),
         pytest.param({}, False, id="without-a-key"),
     ],
 )
@@ -207,6 +291,7 @@ def test_the_readiness_probe_sends_the_engine_key(
     probe = pod_spec()["containers"][0]["readinessProbe"]["exec"]["command"]
     script = probe[2].replace(f"127.0.0.1:{desired.HTTP_PORT}", f"127.0.0.1:{keyed_engine}")
     clean = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+    env = {k: rendered_key("ns") for k in env}  # what the pool's Secret holds
     done = subprocess.run(
         [sys.executable, "-c", script, probe[3]], env={**clean, **env}, timeout=30, check=False
     )

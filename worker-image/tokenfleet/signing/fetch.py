@@ -9,13 +9,17 @@ Any failure to read raises :class:`Unreachable` (the ArtifactUnreachable verdict
 from __future__ import annotations
 
 import dataclasses
+import functools
+import http.client
 import ipaddress
 import shutil
 import socket
+import ssl
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -95,24 +99,30 @@ class _Spend:
             )
 
 
-def refused_address(host: str, allowed_networks: tuple[str, ...]) -> str:
-    """Why ``host`` may not be fetched from (an address of it is private and not allowed), or
-    "" when every address it resolves to is public or allowed."""
+def checked_address(host: str, allowed_networks: tuple[str, ...]) -> str:
+    """The one address a bounded fetch connects to for ``host``: the host is resolved once,
+    every address it resolves to is checked, and the first is returned to connect to — never
+    resolved again, so a name that answers differently the second time (DNS rebinding) cannot
+    slip a private address past the check. Raises :class:`Unreachable` when the host does not
+    resolve, or when an address of it is private and its network is not allowed."""
     allowed = [ipaddress.ip_network(n, strict=False) for n in allowed_networks]
     try:
         infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except OSError as error:
-        return f"{host} does not resolve: {error}"
-    for info in infos:
-        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+        raise Unreachable(f"{host} does not resolve: {error}") from error
+    addresses = [str(info[4][0]).split("%", 1)[0] for info in infos]
+    for text in addresses:
+        address = ipaddress.ip_address(text)
         if any(address in net for net in allowed):
             continue
         if any(address in net for net in PRIVATE_NETWORKS):
-            return (
+            raise Unreachable(
                 f"{host} is {address}, a private, loopback or link-local address this fetcher "
                 "does not reach (allow its network in the operator's settings if it is yours)"
             )
-    return ""
+    if not addresses:
+        raise Unreachable(f"{host} does not resolve: no address")
+    return addresses[0]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -220,9 +230,12 @@ class HttpSource:
         if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
             raise Unreachable(f"{url}: not an http(s) URL")
         spend = self.spend
-        opener = urllib.request.build_opener(_CheckedRedirects(spend))
+        opener = (
+            urllib.request.build_opener()
+            if spend is None
+            else _pinned_opener(spend.limits.allowed_networks)
+        )
         try:
-            self._checked(url)
             timeout = (
                 self.timeout if spend is None else min(self.timeout, spend.remaining_seconds(url))
             )
@@ -242,14 +255,6 @@ class HttpSource:
         except (urllib.error.URLError, OSError, ValueError) as error:
             raise Unreachable(f"{url}: {error}") from error
 
-    def _checked(self, url: str) -> None:
-        if self.spend is None:
-            return
-        host = urllib.parse.urlsplit(url).hostname or ""
-        why = refused_address(host, self.spend.limits.allowed_networks)
-        if why:
-            raise Unreachable(f"{url}: {why}")
-
 
 def _declared(response: object, spend: _Spend, url: str) -> None:
     """Refuse before reading when the declared length already exceeds what is left."""
@@ -258,20 +263,93 @@ def _declared(response: object, spend: _Spend, url: str) -> None:
         spend.take(int(length), url)
 
 
-class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
-    """Redirects go through the same address policy as the first URL."""
+def _pinned_opener(allowed_networks: tuple[str, ...]) -> urllib.request.OpenerDirector:
+    """An opener whose every connection (the first URL's and each redirect's) goes to the
+    address :func:`checked_address` checked. No proxy: a proxy would resolve the host itself,
+    out of the policy's reach. TLS still names the host: SNI, ``Host`` and the certificate's
+    hostname check are the URL's, only the TCP connection is pinned."""
+    return urllib.request.build_opener(
+        urllib.request.ProxyHandler({}),
+        _PinnedHTTPHandler(allowed_networks),
+        _PinnedHTTPSHandler(allowed_networks),
+        _CheckedRedirects(),
+    )
 
-    def __init__(self, spend: _Spend | None) -> None:
-        self._spend = spend
+
+Connector = Callable[[tuple[str, int], float | None, tuple[str, int] | None], socket.socket]
+
+
+def _pinned_connector(allowed_networks: tuple[str, ...]) -> Connector:
+    """``socket.create_connection`` for one http.client connection, to the checked address."""
+
+    def connect(
+        address: tuple[str, int],
+        timeout: float | None = None,
+        source: tuple[str, int] | None = None,
+    ) -> socket.socket:
+        host, port = address
+        pinned = checked_address(host, allowed_networks)
+        return socket.create_connection((pinned, port), timeout, source)
+
+    return connect
+
+
+class _PinnedHTTP(http.client.HTTPConnection):
+    def __init__(
+        self, host: str, *, timeout: float | None, allowed_networks: tuple[str, ...]
+    ) -> None:
+        super().__init__(host, timeout=timeout)
+        self._create_connection = _pinned_connector(allowed_networks)
+
+
+class _PinnedHTTPS(http.client.HTTPSConnection):
+    """HTTPSConnection.connect wraps the pinned socket with ``server_hostname=self.host``: SNI
+    and the certificate check stay on the URL's name."""
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        timeout: float | None,
+        context: ssl.SSLContext | None = None,
+        allowed_networks: tuple[str, ...],
+    ) -> None:
+        super().__init__(host, timeout=timeout, context=context)
+        self._create_connection = _pinned_connector(allowed_networks)
+
+
+class _PinnedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, allowed_networks: tuple[str, ...]) -> None:
+        super().__init__()
+        self._allowed = allowed_networks
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        factory = functools.partial(_PinnedHTTP, allowed_networks=self._allowed)
+        return self.do_open(factory, req)
+
+
+class _PinnedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(
+        self, allowed_networks: tuple[str, ...], context: ssl.SSLContext | None = None
+    ) -> None:
+        super().__init__(context=context)
+        self._allowed, self._pinned_context = allowed_networks, context
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        factory = functools.partial(_PinnedHTTPS, allowed_networks=self._allowed)
+        return self.do_open(factory, req, context=self._pinned_context)
+
+
+class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects stay on http(s), whose connections are pinned: urllib would also follow one to
+    ftp://, which no pinned handler carries. The new host is not resolved here: its connection
+    resolves it once, checks and pins it (a second resolution here would be one to rebind)."""
 
     def redirect_request(  # type: ignore[no-untyped-def]  # noqa: PLR0917 - urllib's signature
         self, req, fp, code, msg, headers, newurl
     ):
-        if self._spend is not None:
-            host = urllib.parse.urlsplit(newurl).hostname or ""
-            why = refused_address(host, self._spend.limits.allowed_networks)
-            if why:
-                raise Unreachable(f"{newurl} (a redirect): {why}")
+        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+            raise Unreachable(f"{newurl} (a redirect): not an http(s) URL")
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 

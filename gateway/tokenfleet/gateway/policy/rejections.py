@@ -38,6 +38,7 @@ class Reason(enum.StrEnum):
     ADAPTER_LOAD_TIMEOUT = "adapter_load_timeout"
     ADAPTER_LOAD_FAILED = "adapter_load_failed"
     ROUTE_TARGET_NOT_FOUND = "route_target_not_found"
+    ROUTE_TARGET_NOT_ALLOWED = "route_target_not_allowed"
     REVISION_PIN_NOT_ALLOWED = "revision_pin_not_allowed"
 
 
@@ -56,6 +57,8 @@ STATUS: dict[Reason, Mapping] = {
     Reason.INVALID_API_KEY: Mapping(401, "authentication_error"),
     Reason.MODEL_NOT_ALLOWED: Mapping(403, "permission_error"),
     Reason.REVISION_PIN_NOT_ALLOWED: Mapping(403, "permission_error"),
+    # another namespace's ModelRoute chose a model the tenant may not call (model_routing.permits)
+    Reason.ROUTE_TARGET_NOT_ALLOWED: Mapping(403, "permission_error"),
     Reason.MODEL_NOT_FOUND: Mapping(404, "invalid_request_error"),
     Reason.NOT_FOUND: Mapping(404, "invalid_request_error"),
     Reason.METHOD_NOT_ALLOWED: Mapping(405, "invalid_request_error"),

@@ -64,6 +64,11 @@ class Endpoint:
     zone: str = ""
     max_concurrency: int = 64
 
+    @property
+    def namespace(self) -> str:
+        """Its pool's namespace ("" in static mode): whose engine key it serves behind."""
+        return self.pool.partition("/")[0] if "/" in self.pool else ""
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Group:

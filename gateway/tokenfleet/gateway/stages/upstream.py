@@ -343,6 +343,7 @@ class Upstream:
             served_by=work.model.name,
             capture_bytes=work.capture_bytes,
             write_stall=self._router.settings.write_stall_seconds,
+            engine_namespace=endpoint.namespace,
         )
         try:
             outcome = await proxy.forward(

@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from tokenfleet.api import base, labels, quantity
+from tokenfleet.api import base, engine_key, labels, quantity
 from tokenfleet.api.deployment import DEFAULT_IMAGES, ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.operator.plan import adapter_loader, cpu_workers, isolation
@@ -272,10 +272,11 @@ def worker_deployment(
     zone: str,
     replicas: int,
     pod_annotations: Mapping[str, str] | None = None,
-    engine_key: bool = False,
+    engine_key_fingerprint: str = "",
 ) -> Manifest:
     """The Deployment that runs ``replicas`` workers of ``model`` in one ``zone``;
-    ``engine_key``: its engine and sidecar serve behind the pool's key (plan.isolation)."""
+    ``engine_key_fingerprint``: its engine and sidecar serve behind the pool's key
+    (plan.isolation), whose fingerprint the pod template carries (a new key rolls the pods)."""
     revision = revision_of(model)
     pod_labels = worker_labels(pool=pool_name, model=model.model.name, revision=revision, zone=zone)
     accel = pool.accelerator
@@ -284,7 +285,12 @@ def worker_deployment(
         selector[labels.GPU_PRODUCT] = accel.product
     image = model.engine.image or DEFAULT_IMAGES[accel.kind]
     args, device_env, resources = device_parts(pool_name=pool_name, pool=pool, model=model)
-    key_env = [isolation.key_env(pool_name)] if engine_key else []
+    key_env = [isolation.key_env(pool_name)] if engine_key_fingerprint else []
+    if engine_key_fingerprint:
+        pod_annotations = {
+            **(pod_annotations or {}),
+            labels.ENGINE_KEY_FINGERPRINT: engine_key_fingerprint,
+        }
     container = {
         "name": "vllm",
         "image": image,
@@ -414,9 +420,13 @@ def network_policy(
     )
 
 
-def engine_key_secret(*, namespace: str, pool_name: str, owner: Owner, key: str) -> Manifest:
-    """The pool's copy of the engine key its workers serve behind."""
+def engine_key_secret(
+    *, namespace: str, pool_name: str, owner: Owner, installation_key: str
+) -> Manifest:
+    """The key the pool's workers serve behind: its namespace's, derived from the
+    installation's (tokenfleet.api.engine_key), never the installation's key itself."""
     metadata = _pool_child_metadata(namespace, pool_name, owner)
+    key = engine_key.derive(installation_key, namespace)
     return stamped(isolation.key_secret(metadata=metadata, pool_name=pool_name, key=key))
 
 

@@ -11,9 +11,12 @@ but the gateway may call it (docs/security.md):
   run inside the pod. A cluster without an enforcing CNI ignores the object: it is rendered and
   tested, and the engine key is what still holds there.
 - **The engine key**: vLLM's ``--api-key``, read from ``VLLM_API_KEY``, which comes from a
-  Secret the operator applies per pool (``<pool>-engine-key``, owned by the pool). The gateway
-  holds the same key (the chart's Secret) and sends it as ``Authorization: Bearer``; the
-  adapter sidecar requires it too, and sends it to the engine's runtime LoRA API.
+  Secret the operator applies per pool (``<pool>-engine-key``, owned by the pool). It holds
+  the pool's *namespace's* key, derived from the installation's (the chart's Secret) by
+  HMAC-SHA256 (tokenfleet.api.engine_key): a namespace admin who reads it can call only their
+  own namespace's engines. The gateway holds the installation's key and sends each endpoint
+  its namespace's as ``Authorization: Bearer``; the adapter sidecar requires it too, and sends
+  it to the engine's runtime LoRA API.
 - **Security context**: not root, no capabilities, no privilege escalation, the runtime's
   default seccomp profile, and no service-account token (a worker never calls the API server).
 """
@@ -63,7 +66,7 @@ def key_env(pool_name: str) -> dict[str, Any]:
 
 
 def key_secret(*, metadata: Mapping[str, Any], pool_name: str, key: str) -> Manifest:
-    """The pool's copy of the engine key (its workers mount it by env)."""
+    """The pool's engine key, its namespace's (its workers mount it by env)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",

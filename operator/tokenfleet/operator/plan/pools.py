@@ -15,7 +15,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from tokenfleet.api import labels
+from tokenfleet.api import engine_key, labels
 from tokenfleet.api.base import Condition, rfc3339
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus
 from tokenfleet.api.pool import (
@@ -64,7 +64,8 @@ class PoolInputs:
     misfit: cpu_workers.Misfit | None = None
     #: who may connect to the workers (a NetworkPolicy); None: no policy rendered
     peers: isolation.Peers | None = None
-    #: the key the engines serve behind (the gateway holds it); "": none (no --api-key)
+    #: the installation's engine key (the gateway holds it); the pool's Secret gets the key
+    #: derived from it for the pool's namespace (tokenfleet.api.engine_key); "": no --api-key
     engine_key: str = dataclasses.field(default="", repr=False)
 
 
@@ -90,7 +91,7 @@ def _isolation(inputs: PoolInputs, owner: desired.Owner) -> list[desired.Manifes
     if inputs.engine_key:
         out.append(
             desired.engine_key_secret(
-                namespace=ns, pool_name=name, owner=owner, key=inputs.engine_key
+                namespace=ns, pool_name=name, owner=owner, installation_key=inputs.engine_key
             )
         )
     return out
@@ -240,6 +241,8 @@ def _workers(
 ) -> list[desired.Manifest]:
     if inputs.model is None:
         return []
+    key = engine_key.derive(inputs.engine_key, inputs.namespace)
+    fingerprint = engine_key.fingerprint(key) if key else ""
     return [
         desired.worker_deployment(
             namespace=inputs.namespace,
@@ -252,7 +255,7 @@ def _workers(
             pod_annotations={
                 k: v for k, v in inputs.model_annotations.items() if k.startswith(labels.SIM_PREFIX)
             },
-            engine_key=bool(inputs.engine_key),
+            engine_key_fingerprint=fingerprint,
         )
         for zone, count in sorted(step.items())
         if count > 0
