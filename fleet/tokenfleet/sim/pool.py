@@ -160,6 +160,8 @@ class Pool:
     def admit(self, req: Request, now: float) -> None:
         self.arrivals += 1
         tenant, share = self._tenant(req)
+        work = fairness.work(prompt_tokens=req.input, output_tokens=req.output) if tenant else 0.0
+        cost = admission.work(prompt_tokens=req.input, max_tokens=req.output)
         decision = admission.admit(
             policies=self.policies,
             load=self.load,
@@ -170,11 +172,13 @@ class Pool:
             # graded shedding's draw: a low-discrepancy sequence over arrivals, so a run
             # replays exactly without a random source of its own
             draw=(req.index * GOLDEN) % 1.0,
+            fair_work=work,
+            tenant_share=share,
+            cost=cost,
         )
         if type(decision) is Rejected:
             self.end(req, "shed", decision.reason.value, now)
             return
-        work = fairness.work(prompt_tokens=req.input, output_tokens=req.output) if tenant else 0.0
         if type(decision) is admission.Start:
             self.ledger.start(req.cls, tenant=tenant, share=share, work=work, now=now)
             self._started(req, now)
@@ -188,7 +192,7 @@ class Pool:
                 tenant=tenant,
                 share=share,
                 work=work,
-                cost=admission.work(prompt_tokens=req.input, max_tokens=req.output),
+                cost=cost,
                 patience=decision.patience,  # the core's, fixed now: as the gateway
             )
             self.wake(now)  # its tenant may be the fair choice at once, as in the gateway

@@ -99,6 +99,9 @@ class Admitter:
             deadline=deadline,
             tenant=fair.tenant,
             draw=self.rng.random(),
+            fair_work=fair.work,
+            tenant_share=fair.share,
+            cost=cost,
         )
         if isinstance(decision, Rejected):
             return decision

@@ -6,6 +6,7 @@ tenant is charged, settling and refunds, and admission's fair position and per-t
 from __future__ import annotations
 
 import collections
+from typing import Any
 
 import pytest
 
@@ -296,7 +297,9 @@ SEEN = {"flood": (9.5, 1.0), "light-a": (9.0, 1.0), "light-b": (5.0, 1.0)}
         pytest.param(
             "flood", {"flood": 3}, {**SEEN, "flood": (9.5, 3.0)}, 6, 0, id="share-3-owns-more"
         ),
-        pytest.param("flood", {"flood": 2}, SEEN, 3, 0, id="a-quarter-of-3-slots-is-none"),
+        pytest.param("flood", {"flood": 2}, SEEN, 3, 1, id="a-quarter-of-3-slots-is-still-one"),
+        pytest.param("flood", {"flood": 1}, SEEN, 2, 1, id="one-of-2-slots"),
+        pytest.param("flood", {"flood": 1}, SEEN, 1, 0, id="a-single-slot-is-never-held"),
     ],
 )
 def test_headroom(
@@ -325,3 +328,181 @@ def test_a_flood_leaves_a_slot_while_others_are_present_and_takes_it_once_alone(
         policies=POLICIES, load=ledger.load(6), cls="lo", now=1.0, deadline=60.0, tenant="flood"
     )
     assert isinstance(got, Enqueue)
+
+
+# ---- the fair order by virtual finish (issue 36: a light tenant 1 % served on make up) ------
+
+#: A flood of 3,000-token prompts (counter units prompt + 2 × output: 3,200 each; token work
+#: prompt + max_tokens: 3,100) and a light tenant's 300-token ones (320 units; 310 tokens).
+FLOOD_WORK, FLOOD_COST = 3200.0, 3100.0
+LIGHT_WORK, LIGHT_COST = 320.0, 310.0
+
+
+@pytest.mark.parametrize(
+    ("waiting", "counters", "tenant", "work", "want"),
+    [
+        pytest.param(
+            {"flood": 20},
+            {"flood": 50_000.0},
+            "light",
+            LIGHT_WORK,
+            0,
+            id="a-light-request-goes-before-the-floods-long-ones",
+        ),
+        pytest.param(
+            {"flood": 20},
+            {"flood": 50_000.0},
+            "flood",
+            FLOOD_WORK,
+            20,
+            id="the-flood-waits-behind-itself",
+        ),
+        pytest.param(
+            {"flood": 20, "light": 1},
+            {"flood": 50_000.0, "light": 50_000.0},
+            "light",
+            LIGHT_WORK,
+            1,
+            id="its-own-waiter-first",
+        ),
+        pytest.param(
+            {"flood": 20},
+            {"flood": 50_000.0, "light": 60_000.0},
+            "light",
+            LIGHT_WORK,
+            3,
+            id="a-tenant-served-more-than-the-flood-waits-for-it",
+        ),
+    ],
+)
+def test_finish_position(
+    waiting: dict[str, int], counters: dict[str, float], tenant: str, work: float, want: int
+) -> None:
+    per = {"flood": FLOOD_WORK, "light": LIGHT_WORK}
+    count, cost = admission.finish_position(
+        waiting=waiting,
+        waiting_work={t: n * per[t] for t, n in waiting.items()},
+        waiting_cost={
+            t: n * (FLOOD_COST if t == "flood" else LIGHT_COST) for t, n in waiting.items()
+        },
+        counters=counters,
+        seen={},
+        tenant=tenant,
+        work=work,
+        share=1.0,
+    )
+    assert count == want
+    own = waiting.get(tenant, 0)
+    assert cost == pytest.approx(
+        own * (FLOOD_COST if tenant == "flood" else LIGHT_COST)
+        + (want - own) * (FLOOD_COST if tenant != "flood" else LIGHT_COST)
+    )
+
+
+@pytest.mark.parametrize(
+    "waiting",
+    [{"heavy": 30}, {"heavy": 30, "b": 2, "light": 1}, {"a": 1, "b": 1}, {"a": 3, "light": 2}],
+)
+def test_with_equal_counters_and_work_the_finish_order_is_round_robin(
+    waiting: dict[str, int],
+) -> None:
+    count, _ = admission.finish_position(
+        waiting=waiting,
+        waiting_work={t: n * 100.0 for t, n in waiting.items()},
+        waiting_cost={t: n * 100.0 for t, n in waiting.items()},
+        counters=dict.fromkeys(waiting, 7.0),
+        seen={},
+        tenant="light",
+        work=100.0,
+        share=1.0,
+    )
+    assert count == admission.fair_position(waiting, "light")
+
+
+def test_a_larger_share_moves_a_tenant_forward() -> None:
+    args: dict[str, Any] = {
+        "waiting": {"flood": 10},
+        "waiting_work": {"flood": 10 * 100.0},
+        "waiting_cost": {"flood": 10 * 100.0},
+        "counters": {"flood": 0.0, "big": 0.0},
+        "seen": {},
+        "tenant": "big",
+        "work": 400.0,
+    }
+    assert admission.finish_position(**args, share=1.0)[0] == 4
+    assert admission.finish_position(**args, share=4.0)[0] == 1
+
+
+def flooded(*, light_waiting: int = 0) -> tuple[dict[str, ClassPolicy], admission.PoolLoad]:
+    """One process's view of make up's fair-test pool under the flood: 3 slots all taken by the
+    flood's long requests, 20 of them waiting, ~2 completions a second, a mean prefill of 0.9 s
+    (3,000 tokens at 0.3 ms), and the default interactive class (1 s objective, 2 s age)."""
+    policy = ClassPolicy(
+        name="interactive",
+        priority=200,
+        max_queue_depth=256,
+        max_queue_age=2.0,
+        default_deadline=60.0,
+        ttft_target=1.0,
+    )
+    head = Waiting(ticket=1, cls="interactive", enqueued_at=0.0, deadline=60.0, tenant="flood")
+    waiting = {"flood": 20} | ({"light": light_waiting} if light_waiting else {})
+    load = admission.PoolLoad(
+        capacity=3,
+        in_flight={"interactive": 3},
+        queued={"interactive": 20 + light_waiting},
+        heads={"interactive": head},
+        service_rate=2.1,
+        waiting={"interactive": waiting},
+        holding={"interactive": {"flood": 3}},
+        queued_cost={"interactive": 20 * FLOOD_COST + light_waiting * LIGHT_COST},
+        mean_cost=FLOOD_COST,
+        prefill=0.9,
+        counters={"interactive": {"flood": 80_000.0}},
+        waiting_work={"interactive": {"flood": 20 * FLOOD_WORK}},
+        waiting_cost={"interactive": {"flood": 20 * FLOOD_COST}},
+    )
+    return {"interactive": policy}, load
+
+
+def test_a_light_request_beside_a_flood_waits_for_the_next_slot_instead_of_being_refused() -> None:
+    """The make-up measurement of issue 36: the light tenant's request was refused at once
+    (``deadline_unmeetable``) because admission placed it behind a flood request (round robin)
+    and measured its patience with the flood's 0.9 s prefill (leaving 0.25 s of a 1 s
+    objective). In fair order it is next, and its own prefill is a tenth of the flood's."""
+    policies, load = flooded()
+    got = admission.admit(
+        policies=policies,
+        load=load,
+        cls="interactive",
+        now=10.0,
+        deadline=70.0,
+        tenant="light",
+        fair_work=LIGHT_WORK,
+        tenant_share=1.0,
+        cost=LIGHT_COST,
+    )
+    assert isinstance(got, Enqueue), got
+    assert got.expected_wait == pytest.approx(1 / 2.1)
+    assert got.patience == pytest.approx(1.0 - 0.9 * LIGHT_COST / FLOOD_COST)
+    # unknown work (fair queuing off, or a caller that passes none): the old estimate refuses
+    old = admission.admit(
+        policies=policies, load=load, cls="interactive", now=10.0, deadline=70.0, tenant="light"
+    )
+    assert isinstance(old, Rejected) and old.reason is Reason.DEADLINE_UNMEETABLE
+
+
+def test_the_flood_itself_is_still_refused_when_its_queue_cannot_start_in_time() -> None:
+    policies, load = flooded()
+    got = admission.admit(
+        policies=policies,
+        load=load,
+        cls="interactive",
+        now=10.0,
+        deadline=70.0,
+        tenant="flood",
+        fair_work=FLOOD_WORK,
+        tenant_share=1.0,
+        cost=FLOOD_COST,
+    )
+    assert isinstance(got, Rejected) and got.reason is Reason.DEADLINE_UNMEETABLE

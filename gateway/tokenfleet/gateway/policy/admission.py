@@ -121,6 +121,12 @@ class PoolLoad:
     """Token work of an average completed request lately; 0 → waits counted in requests."""
     prefill: float = 0.0
     """Seconds from a slot to the first token lately (the expected prefill); 0 when unknown."""
+    counters: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    """Class → tenant → virtual token counter (:mod:`~tokenfleet.gateway.policy.fairness`)."""
+    waiting_work: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    """Class → tenant → counter units its waiters will be charged (before its share)."""
+    waiting_cost: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    """Class → tenant → token work (:func:`work`) of its waiters."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -199,10 +205,12 @@ def can_start(
     headroom ``tenant`` leaves the other tenants of its class (:func:`fairness.headroom`, when
     ``now`` is given)."""
     seen = load.seen.get(cls) if now is not None and tenant else None
+    reserved = _reserved(policies, load.capacity)
     room = (
         fairness.headroom(
             tenant=tenant,
-            capacity=load.capacity,
+            # the slots this class can use: the fair part is of those, not of the others'
+            capacity=load.capacity - sum(n for c, n in reserved.items() if c != cls),
             holding=load.holding.get(cls, {}),
             seen=seen,
             now=now,
@@ -210,7 +218,6 @@ def can_start(
         if seen is not None and len(seen) > 1 and now is not None  # alone: no headroom
         else 0
     )
-    reserved = _reserved(policies, load.capacity)
     if not reserved:  # the common case, on every request: all slots are shared
         return sum(load.in_flight.values()) + room < load.capacity
     if load.in_flight.get(cls, 0) < reserved.get(cls, 0):
@@ -221,12 +228,19 @@ def can_start(
 
 
 def _ahead(
-    policies: Mapping[str, ClassPolicy], load: PoolLoad, cls: str, tenant: str
+    policies: Mapping[str, ClassPolicy],
+    load: PoolLoad,
+    cls: str,
+    tenant: str,
+    *,
+    fair_work: float = 0.0,
+    tenant_share: float = 1.0,
 ) -> tuple[int, float]:
     """Waiters that start before a new request of ``tenant`` — all of the higher classes and
-    the other classes of its priority, and in its own class its fair position
-    (:func:`fair_position`) — and their token work counted in average requests (the queued work
-    over ``load.mean_cost``; their number when that is unknown)."""
+    the other classes of its priority, and in its own class its fair position (by virtual
+    finish, :func:`finish_position`, when the request's counter ``fair_work`` is given and the
+    class keeps counters; else :func:`fair_position`) — and their token work counted in average
+    requests (the queued work over ``load.mean_cost``; their number when that is unknown)."""
     if not load.heads:  # nobody waits anywhere: the common case, on every request
         return 0, 0.0
     priority = policies[cls].priority
@@ -236,17 +250,80 @@ def _ahead(
         if c != cls and c in policies and policies[c].priority >= priority and load.queued[c]
     ]
     by_tenant = load.waiting.get(cls)
-    mine = fair_position(by_tenant, tenant) if by_tenant else load.queued.get(cls, 0)
-    n = mine + sum(load.queued[c] for c in before)
     costs = load.queued_cost
+    own = load.queued.get(cls, 0)
+    own_cost: float | None = None  # token work of the class's waiters ahead, when known
+    if by_tenant and tenant and fair_work > 0 and cls in load.counters:
+        mine_f, own_cost = finish_position(
+            waiting=by_tenant,
+            waiting_work=load.waiting_work.get(cls, {}),
+            waiting_cost=load.waiting_cost.get(cls, {}),
+            counters=load.counters[cls],
+            seen=load.seen.get(cls, {}),
+            tenant=tenant,
+            work=fair_work,
+            share=tenant_share,
+        )
+        mine = math.ceil(mine_f)
+    elif by_tenant:
+        mine = fair_position(by_tenant, tenant)
+    else:
+        mine = own
+    n = mine + sum(load.queued[c] for c in before)
     if costs is None or load.mean_cost <= 0:
         return n, float(n)
-    own = load.queued.get(cls, 0)
-    # in its own class a fair position is a count; it brings the class's mean work per waiter
     work_ahead = sum(costs.get(c, 0.0) for c in before)
-    if mine and own:
+    if own_cost is not None:
+        work_ahead += own_cost
+    elif mine and own:
+        # a fair position is a count; it brings the class's mean work per waiter
         work_ahead += mine * costs.get(cls, 0.0) / own
     return n, work_ahead / load.mean_cost
+
+
+def finish_position(
+    *,
+    waiting: Mapping[str, int],
+    waiting_work: Mapping[str, float],
+    waiting_cost: Mapping[str, float],
+    counters: Mapping[str, float],
+    seen: Mapping[str, tuple[float, float]],
+    tenant: str,
+    work: float,
+    share: float,
+) -> tuple[float, float]:
+    """Waiters of a class that start before a new request of ``tenant`` under fair queuing, and
+    their token work: the order :func:`fairness.pick` will follow, estimated from the counters.
+
+    The new request's virtual finish is its tenant's counter (an idle tenant's lifted to the
+    lowest active one, :func:`fairness.lift`) plus its own waiters' work and its ``work``, over
+    its ``share``. Another tenant's waiters, each charged its line's mean work over its share,
+    go before it while their finishes are not later (a tie goes to the older ticket: theirs).
+    So a light request beside a flood of long ones is next, not behind one of them: the flood's
+    head finishes a long request's work later. With equal counters and equal work this is
+    :func:`fair_position`'s round robin. O(tenants waiting)."""
+    share = share if share > 0 else 1.0
+    if tenant in counters:
+        counter = counters[tenant]
+    else:
+        active = [counters[t] for t in waiting if t != tenant and t in counters]
+        counter = min(active) if active else 0.0
+    finish = counter + (waiting_work.get(tenant, 0.0) + work) / share
+    count = float(waiting.get(tenant, 0))
+    cost = waiting_cost.get(tenant, 0.0)
+    for other, n in waiting.items():
+        if other == tenant or n <= 0:
+            continue
+        their_share = seen[other][1] if other in seen else 1.0
+        step = waiting_work.get(other, 0.0) / n / (their_share if their_share > 0 else 1.0)
+        if step <= 0:
+            k = n
+        else:
+            # a hair of slack, so a float sum that should tie still counts as a tie
+            k = min(n, max(0, math.floor((finish - counters.get(other, 0.0)) / step + 1e-9)))
+        count += k
+        cost += k * waiting_cost.get(other, 0.0) / n
+    return count, cost
 
 
 def fair_position(waiting: Mapping[str, int], tenant: str) -> int:
@@ -284,14 +361,22 @@ def admit(
     deadline: float,
     tenant: str = "",
     draw: float = 1.0,
+    fair_work: float = 0.0,
+    tenant_share: float = 1.0,
+    cost: float = 0.0,
 ) -> Decision:
     """Decide for a new request of ``tenant`` in class ``cls`` that must start by ``deadline``.
 
     ``draw``: a uniform number in [0, 1) from the caller's seeded source, for graded shedding
-    (1.0 → never shed at random). The request's own work needs no passing: a waiter's start
-    depends on the work ahead of it, not on its own."""
+    (1.0 → never shed at random). ``fair_work`` (counter units, :func:`fairness.work`) and
+    ``tenant_share`` place the request in its class's fair order (:func:`finish_position`);
+    ``cost`` (token work, :func:`work`) scales the pool's expected prefill to this request's
+    own (:func:`own_prefill`): a short prompt beside long ones keeps the patience its
+    objective leaves it. Unknown (0): the tenant counted round robin, the pool's mean prefill."""
     policy = policies[cls]
-    ahead, ahead_work = _ahead(policies, load, cls, tenant)
+    ahead, ahead_work = _ahead(
+        policies, load, cls, tenant, fair_work=fair_work, tenant_share=tenant_share
+    )
     if ahead == 0 and can_start(policies, load, cls, tenant=tenant, now=now):
         return START
     expected = _wait(ahead_work + 1, load.service_rate)
@@ -302,7 +387,7 @@ def admit(
             message=f"the {cls} queue of this model is full ({depth} waiting); retry later",
             retry_after=expected or 1.0,
         )
-    patience = policy.patience(load.prefill)
+    patience = policy.patience(own_prefill(load, cost))
     if expected is None:  # a pool nothing completed on yet: no estimate, the age limit rules
         return Enqueue(expected_wait=0.0, patience=patience)
     budget = min(deadline - now, patience)
@@ -323,6 +408,15 @@ def admit(
             retry_after=max(expected, 0.1),
         )
     return Enqueue(expected_wait=expected, patience=patience)
+
+
+def own_prefill(load: PoolLoad, cost: float) -> float:
+    """The prefill a request of ``cost`` token work can expect: the pool's mean prefill scaled
+    by its work against the mean request's (prefill time grows with the prompt). Unknown
+    (``cost`` 0, or no mean yet): the pool's mean."""
+    if cost <= 0 or load.mean_cost <= 0:
+        return load.prefill
+    return load.prefill * cost / load.mean_cost
 
 
 def shed_probability(policy: ClassPolicy, *, expected: float, patience: float, top: bool) -> float:

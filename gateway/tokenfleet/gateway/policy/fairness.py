@@ -175,7 +175,11 @@ def headroom(
     ``holding``: tenant → running requests of the class; ``seen``: tenant → (last arrival,
     share). Zero unless other tenants arrived within ``recent`` seconds and ``tenant`` already
     holds its fair part of the ``capacity`` (capacity × share ÷ the present tenants' shares);
-    then one per other present tenant, at most ``MAX_HEADROOM`` of the capacity."""
+    then one per other present tenant, at most ``MAX_HEADROOM`` of the capacity — but at least
+    one once the class has two slots: a small pool, or one gateway process's part of a pool
+    (two processes each hold half), would otherwise keep none, and a light tenant's request
+    would wait out one of the flood's long ones (issue 36: 83 % of them served on make up's
+    two processes and three 2-sequence workers, 100 % with the slot kept)."""
     present = {t: share for t, (at, share) in seen.items() if now - at < recent and t != tenant}
     if not present:
         return 0
@@ -183,4 +187,6 @@ def headroom(
     fair = capacity * share / (share + sum(present.values()))
     if holding.get(tenant, 0) < fair:
         return 0
-    return min(len(present), int(capacity * MAX_HEADROOM))
+    if capacity < 2:
+        return 0
+    return min(len(present), max(1, int(capacity * MAX_HEADROOM)))

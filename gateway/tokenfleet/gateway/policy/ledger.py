@@ -73,6 +73,10 @@ class Ledger(Generic[T]):
         """Class → tenant → (its last arrival, its share), for :func:`fairness.headroom`."""
         self.counters: dict[str, dict[str, float]] = {}
         """Class → tenant → virtual token counter (:mod:`~tokenfleet.gateway.policy.fairness`)."""
+        self.waiting_work: dict[str, dict[str, float]] = {}
+        """Class → tenant → counter units its waiters will be charged (admission's fair order)."""
+        self.waiting_cost: dict[str, dict[str, float]] = {}
+        """Class → tenant → token work of its waiters (admission's work ahead)."""
         self.service_rate = 0.0
         """Completions per second, exponentially weighted (:func:`admission.ewma_rate`)."""
         self.hold_seconds = 0.0
@@ -108,6 +112,9 @@ class Ledger(Generic[T]):
             queued_cost=self.queued_cost,
             mean_cost=self.mean_cost,
             prefill=self.prefill,
+            counters=self.counters,
+            waiting_work=self.waiting_work,
+            waiting_cost=self.waiting_cost,
         )
 
     def rate_for(self, capacity: int) -> float:
@@ -247,6 +254,10 @@ class Ledger(Generic[T]):
         self.queued[cls] = self.queued.get(cls, 0) + 1
         waiting = self.waiting.setdefault(cls, {})
         waiting[tenant] = waiting.get(tenant, 0) + 1
+        queued_work = self.waiting_work.setdefault(cls, {})
+        queued_work[tenant] = queued_work.get(tenant, 0.0) + work
+        queued_cost = self.waiting_cost.setdefault(cls, {})
+        queued_cost[tenant] = queued_cost.get(tenant, 0.0) + cost
         self._choose(cls)
         return entry
 
@@ -272,8 +283,15 @@ class Ledger(Generic[T]):
         )
         waiting = self.waiting[cls]
         waiting[tenant] -= 1
+        queued_work = self.waiting_work[cls]
+        queued_cost = self.waiting_cost[cls]
         if not waiting[tenant]:
             del waiting[tenant]
+            del queued_work[tenant]  # exactly gone, not a float remainder
+            del queued_cost[tenant]
+        else:
+            queued_work[tenant] = max(0.0, queued_work[tenant] - entry.work)
+            queued_cost[tenant] = max(0.0, queued_cost[tenant] - entry.cost)
         lines = self._lines[cls]
         line = lines[tenant]
         if line[0].ticket == ticket:
