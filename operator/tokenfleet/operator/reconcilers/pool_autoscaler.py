@@ -54,8 +54,7 @@ class PoolAutoscaler:
         if self.signals is None or model is None:
             # nothing to decide on, but a known event's floor holds (0: replicas.min decides)
             own = scaling.Policy.of(spec.autoscaling, spec.replicas)
-            floor = scaling.scheduled_floor(own, now)
-            return (floor if floor > spec.replicas.min else 0), None, None, ()
+            return scaling.demand_without_signals(own, now), None, None, ()
         meta = body["metadata"]
         ns, name = meta["namespace"], meta["name"]
         state = self.scaling.get(meta["uid"]) or scaling.State(
