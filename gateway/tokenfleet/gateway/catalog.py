@@ -10,7 +10,8 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tokenfleet.api import cost, labels
+from tokenfleet.accounting import cost
+from tokenfleet.api import labels
 from tokenfleet.api.adapter import ModelAdapterSpec
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus, ResponseCache
 from tokenfleet.api.pool import InferencePoolSpec

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tokenfleet.api import cost
+from tokenfleet.accounting import cost
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.api.tenant import Budget
 from tokenfleet.gateway import budget_gate, catalog

@@ -1,8 +1,9 @@
 """Step 4's budget: the tenant's ``spec.budget`` against its period's shared count.
 
 The request reserves its worst case (:func:`tokenfleet.gateway.budget_gate.worst_case`, a
-ModelRoute's remotes' prices included); the verdict is :func:`tokenfleet.api.budget.decide`'s,
-the count :class:`~tokenfleet.gateway.budget_store.BudgetStore`'s, shared by every replica
+ModelRoute's remotes' prices included); the verdict is
+:func:`tokenfleet.accounting.budget.decide`'s, the count
+:class:`~tokenfleet.gateway.budget_store.BudgetStore`'s, shared by every replica
 through Redis (with Redis down: its declared failure mode, the quotas' open or closed).
 
 At the limit: Reject refuses (429, Retry-After until the reset), Downgrade re-places the request

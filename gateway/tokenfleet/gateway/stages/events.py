@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple, Protocol
 
-from tokenfleet.api import cost
+from tokenfleet.accounting import cost
 from tokenfleet.api.route import Remote
 from tokenfleet.gateway import budget_store, proxy
 from tokenfleet.gateway.placement import Target

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 
-from tokenfleet.api import budget, cost
+from tokenfleet.accounting import budget, cost
 from tokenfleet.gateway import budget_store
 from tokenfleet.gateway.live import Live
 from tokenfleet.gateway.metrics import Metrics, SpillMetrics
