@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from tokenfleet.accounting import budget, cost
 from tokenfleet.api.tenant import Budget
-from tokenfleet.gateway.placement import Admitted
+from tokenfleet.gateway.targets import Admitted
 
 
 def worst_case(spec: Budget, admitted: Admitted, also: Sequence[cost.Rate] = ()) -> int:

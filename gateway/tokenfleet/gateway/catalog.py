@@ -61,7 +61,7 @@ class Model:
     """The deployment's response cache, when it enabled one."""
     adapter: Adapter | None = None
     """Set when this is a LoRA adapter served on its base model's replicas under its own name
-    (placement.adapter_model): routing then places it (adapter_slots) and loads it first."""
+    (targets.adapter_model): routing then places it (adapter_slots) and loads it first."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

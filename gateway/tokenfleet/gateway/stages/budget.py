@@ -19,10 +19,10 @@ import datetime
 from tokenfleet.gateway import budget_store
 from tokenfleet.gateway.budget_gate import worst_case
 from tokenfleet.gateway.live import Live
-from tokenfleet.gateway.placement import Admitted, place
 from tokenfleet.gateway.policy import spill as spill_rules
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.stages import events
+from tokenfleet.gateway.targets import Admitted, place
 
 NO_HOLD = budget_store.Held(key="", amount=0, ttl=0)
 
