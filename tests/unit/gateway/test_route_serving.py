@@ -413,7 +413,7 @@ def test_a_route_of_another_namespace_serves_only_targets_the_tenant_may_call(
         return
     assert isinstance(directed, model_routing.Directed), directed
     assert directed.parsed.model == served
-    from tokenfleet.gateway import placement
+    from tokenfleet.gateway import targets
 
-    placed = placement.place(c, tenant(allowed), directed.parsed, granted=True)
+    placed = targets.place(c, tenant(allowed), directed.parsed, granted=True)
     assert not isinstance(placed, Rejected) and placed.model.name == served
