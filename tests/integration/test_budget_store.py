@@ -10,7 +10,7 @@ import datetime
 import itertools
 
 from support.gateway import Redis
-from tokenfleet.api import budget
+from tokenfleet.accounting import budget
 from tokenfleet.api.tenant import Budget
 from tokenfleet.gateway.budget_store import BudgetStore
 

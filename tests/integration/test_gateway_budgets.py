@@ -26,7 +26,7 @@ from support.gateway import (
     start_gateway,
     start_sim,
 )
-from tokenfleet.api import budget
+from tokenfleet.accounting import budget
 from tokenfleet.gateway import budget_store, redis_client
 
 TOKEN_TENANTS = ("rejecting", "downgrading", "notified")

@@ -45,7 +45,7 @@ from support.gateway import (
     start_gateway,
     start_sim,
 )
-from tokenfleet.api import budget
+from tokenfleet.accounting import budget
 from tokenfleet.gateway import budget_store
 from tokenfleet.gateway.policy import leases
 from tokenfleet.signals import gateway as names

@@ -22,7 +22,7 @@ from support.cluster import Cluster, scraped, wait_for
 from support.gateway import Gateway, key_hash, running, start_gateway, start_sim
 from support.objects import manifest
 from support.operator import SA, SA_NAMESPACE
-from tokenfleet.api import cost
+from tokenfleet.accounting import cost
 
 KEY = "tfk-usage-" + "0" * 30
 REQUESTS = 8

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from support.gateway import Redis, free_port
+from tokenfleet.accounting import usage_layout
 from tokenfleet.gateway import redis_client, usage_ledger
 from tokenfleet.signals import usage
 
@@ -62,7 +63,7 @@ def _record_mix(ledger: usage_ledger.UsageLedger) -> None:
     )
 
 
-async def _read(url: str) -> list[usage.Entry]:
+async def _read(url: str) -> list[usage_layout.Entry]:
     client = redis_client.RespClient(url, timeout=2)
     try:
         hours = await usage_ledger.read(client, since=NOW, until=NOW)
@@ -72,7 +73,7 @@ async def _read(url: str) -> list[usage.Entry]:
 
 
 def test_a_new_process_reads_what_the_last_one_recorded(redis: Redis) -> None:
-    async def scenario() -> tuple[list[usage.Entry], float]:
+    async def scenario() -> tuple[list[usage_layout.Entry], float]:
         registry = CollectorRegistry()
         ledger = usage_ledger.UsageLedger(redis.url, registry=registry)
         _record_mix(ledger)
@@ -85,7 +86,7 @@ def test_a_new_process_reads_what_the_last_one_recorded(redis: Redis) -> None:
 
     entries, counted = asyncio.run(scenario())
     assert entries == [
-        usage.Entry(
+        usage_layout.Entry(
             tenant="t/a",
             model="m",
             pool="t/p",
@@ -95,7 +96,7 @@ def test_a_new_process_reads_what_the_last_one_recorded(redis: Redis) -> None:
             cached_prompt_tokens=64,
             completion_tokens=30,
         ),
-        usage.Entry(
+        usage_layout.Entry(
             tenant="t/b",
             model="m",
             pool="t/p",
@@ -112,7 +113,7 @@ def test_entries_wait_for_redis_and_land_once(tmp_path: Path) -> None:
     port = free_port()
     down = Redis(port=port, log=tmp_path / "redis.log")
 
-    async def scenario() -> list[usage.Entry]:
+    async def scenario() -> list[usage_layout.Entry]:
         ledger = usage_ledger.UsageLedger(down.url, registry=CollectorRegistry())
         _record_mix(ledger)  # Redis is not running: nothing raises, all three wait
         down.start()
@@ -134,7 +135,7 @@ def test_a_long_outage_holds_one_entry_per_label_set_not_one_per_flush(tmp_path:
     port = free_port()
     down = Redis(port=port, log=tmp_path / "redis.log")
 
-    async def scenario() -> tuple[list[int], list[usage.Entry]]:
+    async def scenario() -> tuple[list[int], list[usage_layout.Entry]]:
         ledger = usage_ledger.UsageLedger(down.url, registry=CollectorRegistry())
         held = []
         for _ in range(20):  # 20 failed flushes, records between them
@@ -174,7 +175,7 @@ def test_requests_do_not_wait_for_the_ledger_and_it_lands_behind_them_in_few_wri
     """record() returns at once; within FLUSH_SECONDS the batch is in Redis without a close,
     summed, so 500 requests of one tenant cost a handful of script calls, not 500."""
 
-    async def scenario() -> tuple[list[usage.Entry], float, int]:
+    async def scenario() -> tuple[list[usage_layout.Entry], float, int]:
         ledger = usage_ledger.UsageLedger(redis.url, registry=CollectorRegistry())
         before = await _script_calls(redis.url)
         started = time.monotonic()
@@ -189,7 +190,7 @@ def test_requests_do_not_wait_for_the_ledger_and_it_lands_behind_them_in_few_wri
                 now=NOW,
             )
             await asyncio.sleep(0)  # requests interleave with the writer, as they do in a gateway
-        entries: list[usage.Entry] = []
+        entries: list[usage_layout.Entry] = []
         while time.monotonic() - started < 5 and sum(e.requests for e in entries) < 500:
             await asyncio.sleep(0.05)
             entries = await _read(redis.url)
@@ -200,7 +201,7 @@ def test_requests_do_not_wait_for_the_ledger_and_it_lands_behind_them_in_few_wri
 
     entries, landed_after, writes = asyncio.run(scenario())
     assert entries == [
-        usage.Entry(
+        usage_layout.Entry(
             tenant="t/a",
             model="m",
             pool="t/p",
@@ -230,7 +231,7 @@ def test_entries_recorded_while_a_write_is_in_flight_land_once(redis: Redis) -> 
                 now=NOW,
             )
 
-    async def scenario() -> tuple[list[usage.Entry], bool]:
+    async def scenario() -> tuple[list[usage_layout.Entry], bool]:
         ledger = usage_ledger.UsageLedger(redis.url, registry=CollectorRegistry())
         record_round(ledger)
         writing = asyncio.create_task(ledger.flush())
@@ -263,7 +264,7 @@ class AppliedButTimedOut:
         return answer
 
 
-def _rounds(entries: list[usage.Entry]) -> list[tuple[str, int, int]]:
+def _rounds(entries: list[usage_layout.Entry]) -> list[tuple[str, int, int]]:
     return [(e.tenant, e.requests, e.prompt_tokens) for e in entries]
 
 
@@ -272,7 +273,7 @@ def test_a_write_redis_ran_but_answered_late_counts_once(redis: Redis) -> None:
     what was recorded after the failure is not merged into it (that would be skipped too) but
     written as a new entry."""
 
-    async def scenario() -> list[usage.Entry]:
+    async def scenario() -> list[usage_layout.Entry]:
         ledger = usage_ledger.UsageLedger(redis.url, registry=CollectorRegistry())
         _record_mix(ledger)
         assert ledger._script is not None
@@ -287,16 +288,18 @@ def test_a_write_redis_ran_but_answered_late_counts_once(redis: Redis) -> None:
 
 
 def test_the_record_script_applies_an_entry_id_once(redis: Redis) -> None:
-    async def scenario() -> list[usage.Entry]:
+    async def scenario() -> list[usage_layout.Entry]:
         client = redis_client.RespClient(redis.url, timeout=2)
-        script = redis_client.Script(client, usage.RECORD_LUA)
-        key = usage.hour_key(NOW)
-        entry = usage.Entry(tenant="t/a", model="m", pool="t/p", outcome="served", requests=3)
-        args: list[object] = [usage.RETENTION_SECONDS, "t/a", int(NOW.timestamp())]
-        args += [x for pair in usage.fields(entry) for x in pair]
+        script = redis_client.Script(client, usage_layout.RECORD_LUA)
+        key = usage_layout.hour_key(NOW)
+        entry = usage_layout.Entry(
+            tenant="t/a", model="m", pool="t/p", outcome="served", requests=3
+        )
+        args: list[object] = [usage_layout.RETENTION_SECONDS, "t/a", int(NOW.timestamp())]
+        args += [x for pair in usage_layout.fields(entry) for x in pair]
         try:
             for once in ("one", "one", "two"):
-                await script([key, usage.LAST_USED_KEY, usage.once_key(once)], args)
+                await script([key, usage_layout.LAST_USED_KEY, usage_layout.once_key(once)], args)
         finally:
             await client.close()
         return await _read(redis.url)
@@ -314,9 +317,9 @@ def test_a_ledger_outlives_an_event_loop(redis: Redis) -> None:
         assert await ledger.flush()  # connected in this loop
         _record_mix(ledger)  # left pending when the loop ends
 
-    async def second() -> tuple[list[usage.Entry], list[usage.Entry]]:
+    async def second() -> tuple[list[usage_layout.Entry], list[usage_layout.Entry]]:
         _record_mix(ledger)
-        landed: list[usage.Entry] = []
+        landed: list[usage_layout.Entry] = []
         deadline = time.monotonic() + usage_ledger.FLUSH_SECONDS + 2
         while time.monotonic() < deadline and sum(e.requests for e in landed) < 9:
             await asyncio.sleep(0.05)
@@ -330,7 +333,7 @@ def test_a_ledger_outlives_an_event_loop(redis: Redis) -> None:
 
 
 def test_a_dead_writer_is_replaced_and_close_still_flushes(redis: Redis) -> None:
-    async def scenario() -> tuple[list[usage.Entry], list[usage.Entry]]:
+    async def scenario() -> tuple[list[usage_layout.Entry], list[usage_layout.Entry]]:
         ledger = usage_ledger.UsageLedger(redis.url, registry=CollectorRegistry())
         _record_mix(ledger)
         writer = ledger._writer

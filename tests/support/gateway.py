@@ -22,10 +22,10 @@ from typing import Any
 import yaml
 
 from support.cluster import BIN_DIR, wait_for
+from tokenfleet.accounting import usage_layout
 from tokenfleet.devstack import processes
 from tokenfleet.gateway import redis_client, usage_ledger
 from tokenfleet.gateway.redis_client import encode, parse
-from tokenfleet.signals import usage
 
 
 def free_port() -> int:
@@ -251,7 +251,7 @@ def gateway_metric(g: Gateway, name: str, **labels: str) -> float:
     return total
 
 
-def ledger_entries(redis_url: str, *, hours: int = 1) -> list[usage.Entry]:
+def ledger_entries(redis_url: str, *, hours: int = 1) -> list[usage_layout.Entry]:
     """What the durable usage ledger in Redis holds for the last ``hours``, read as a later
     process would (``tokenfleet usage``): nothing of the gateway that wrote it is needed.
 
@@ -259,7 +259,7 @@ def ledger_entries(redis_url: str, *, hours: int = 1) -> list[usage.Entry]:
     two of those first, so that what has settled is in Redis (a stopped one has flushed)."""
     time.sleep(2 * usage_ledger.FLUSH_SECONDS)
 
-    async def read() -> list[usage.Entry]:
+    async def read() -> list[usage_layout.Entry]:
         client = redis_client.RespClient(redis_url, timeout=2)
         now = datetime.datetime.now(datetime.UTC)
         try:
@@ -268,8 +268,8 @@ def ledger_entries(redis_url: str, *, hours: int = 1) -> list[usage.Entry]:
             )
         finally:
             await client.close()
-        return usage.entries(
-            dict(f for e in entries for f in usage.fields(e)) for _, entries in found
+        return usage_layout.entries(
+            dict(f for e in entries for f in usage_layout.fields(e)) for _, entries in found
         )
 
     return asyncio.run(read())

@@ -1,5 +1,6 @@
-"""The budget decision (tokenfleet.api.budget): under and at the limit for each action, periods
-(day, month, December), currency units, the state written to status, and the store arithmetic."""
+"""The budget decision (tokenfleet.accounting.budget): under and at the limit for each action,
+periods (day, month, December), currency units, the state written to status, and the store
+arithmetic."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import datetime
 
 import pytest
 
-from tokenfleet.api import budget, cost
+from tokenfleet.accounting import budget, cost
 from tokenfleet.api.tenant import Budget
 
 NOW = datetime.datetime(2026, 12, 1, 11, 0, tzinfo=datetime.UTC)

@@ -1,12 +1,12 @@
-"""The cost allocation rule (tokenfleet.api.cost): a hand-computed case with warm idle capacity
-and a cancelled line, over-occupation scaled to what was paid, the unbenched fallback by token
-work, cached prompt tokens free, and the list price a currency budget uses."""
+"""The cost allocation rule (tokenfleet.accounting.cost): a hand-computed case with warm idle
+capacity and a cancelled line, over-occupation scaled to what was paid, the unbenched fallback
+by token work, cached prompt tokens free, and the list price a currency budget uses."""
 
 from __future__ import annotations
 
 import pytest
 
-from tokenfleet.api import cost
+from tokenfleet.accounting import cost
 from tokenfleet.api.pool import Cost, InferencePoolSpec
 
 # 2 replicas × 1 GPU ready for 1 hour at 2.00/GPU-hour: 2 GPU-hours paid, 4.00.

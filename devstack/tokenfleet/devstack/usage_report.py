@@ -1,11 +1,12 @@
 """``tokenfleet usage``: usage you can bill from, and with ``--cost`` what it cost.
 
-Reads the gateways' usage ledger in Redis (:mod:`tokenfleet.signals.usage`): ``--redis``, or
-found through the cluster with the kubeconfig alone (:mod:`tokenfleet.devstack.ledger_discovery`).
+Reads the gateways' usage ledger in Redis (layout: :mod:`tokenfleet.accounting.usage_layout`):
+``--redis``, or found through the cluster with the kubeconfig alone
+(:mod:`tokenfleet.devstack.ledger_discovery`).
 For cost, the pools' ``spec.cost`` (from the cluster, or ``--price``) and their GPU-hours (ready
 workers from Prometheus hour by hour, or ``--ready-gpus``), then the allocation rule of
-:mod:`tokenfleet.api.cost` hour by hour and pool by pool. ``--plot`` draws cost per tenant per
-hour. It lives in the devstack root because it joins parts no lower layer may join: the
+:mod:`tokenfleet.accounting.cost` hour by hour and pool by pool. ``--plot`` draws cost per
+tenant per hour. It lives in the devstack root because it joins parts no lower layer may join: the
 gateway's Redis client, and Prometheus.
 """
 
@@ -26,14 +27,13 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tokenfleet.api import cost
+from tokenfleet.accounting import cost, usage_layout
 from tokenfleet.api.base import from_rfc3339
 from tokenfleet.devstack import chart, ledger_address, ledger_discovery
 from tokenfleet.gateway import redis_client, usage_ledger
-from tokenfleet.signals import usage
 
 UTC = datetime.UTC
-Hours = list[tuple[datetime.datetime, list[usage.Entry]]]
+Hours = list[tuple[datetime.datetime, list[usage_layout.Entry]]]
 
 
 def parse_since(text: str) -> datetime.timedelta:
@@ -45,10 +45,12 @@ def parse_since(text: str) -> datetime.timedelta:
     return datetime.timedelta(**{{"m": "minutes", "h": "hours", "d": "days"}[unit]: n})
 
 
-def usage_rows(hours: Hours, *, tenant: str = "") -> list[usage.Entry]:
+def usage_rows(hours: Hours, *, tenant: str = "") -> list[usage_layout.Entry]:
     """Entries summed over the window (one tenant's, or everyone's)."""
     # fields() of an hour's distinct entries never collide; entries() sums across hours
-    rows = usage.entries(dict(f for e in entries for f in usage.fields(e)) for _, entries in hours)
+    rows = usage_layout.entries(
+        dict(f for e in entries for f in usage_layout.fields(e)) for _, entries in hours
+    )
     return [r for r in rows if not tenant or r.tenant == tenant]
 
 
@@ -363,7 +365,7 @@ def _gpu_hours(
     out = {}
     for text in args.ready_gpus:
         pool, _, gpus = text.partition("=")
-        for key in usage.hour_keys(since, until):
+        for key in usage_layout.hour_keys(since, until):
             start = hour_of(key)
             end = start + datetime.timedelta(hours=1)
             overlap = (min(end, until) - max(start, since)).total_seconds() / 3600

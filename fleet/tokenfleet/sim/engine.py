@@ -322,7 +322,7 @@ class Simulation:
                 pool.name,
                 ready=len(ready),
                 holding=pool.holding(),
-                queued=sum(pool.ledger.queued.values()),
+                queued=sum(pool.book.queued.values()),
                 oldest=pool.oldest_age(now),
                 kv=sum(r.kv_usage() for r in ready) / len(ready) if ready else 0.0,
             )

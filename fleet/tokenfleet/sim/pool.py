@@ -1,15 +1,15 @@
 """One simulated pool: its gateway side (queues, in-flight counts, routing) and its replicas.
 
 The gateway side keeps the gateway's own bookkeeping, a :class:`~tokenfleet.gateway.policy.
-ledger.Ledger`, and calls the product's cores exactly as ``tokenfleet.gateway.queues`` and
+queue_book.QueueBook`, and calls the product's cores exactly as ``tokenfleet.gateway.queues`` and
 ``router`` do: ``admission.admit`` for each arrival, ``admission.next_up`` whenever slots may be
 free, ``admission.expire`` for waiters past their age or deadline, ``admission.displaced`` for
 those a higher class queued ahead of, and ``routing.pick`` for the
 replica with the request built by ``routing.ask`` (a LoRA request under adapter affinity:
 ``adapters.place`` over every ready replica's slots instead). Each request is charged to its
-stream's tenant in the ledger's fair queue, as the gateway's ``queues.Fair`` does (the simulator
-knows each request's output, so the charge needs no settling). Scaling sets replicas per zone
-through :meth:`Pool.reconcile`.
+stream's tenant in the queue book's fair queue, as the gateway's ``queues.Fair`` does (the
+simulator knows each request's output, so the charge needs no settling). Scaling sets replicas
+per zone through :meth:`Pool.reconcile`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import random
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.gateway.policy import adapters, admission, fairness, prefix, routing
 from tokenfleet.gateway.policy.admission import ClassPolicy, PoolLoad
-from tokenfleet.gateway.policy.ledger import Ledger
+from tokenfleet.gateway.policy.queue_book import QueueBook
 from tokenfleet.gateway.policy.rejections import Rejected
 from tokenfleet.operator.policy import placement, scaling
 from tokenfleet.sim.replica import Replica, Request, mark_first_token
@@ -99,7 +99,7 @@ class Pool:
         self.by_url: dict[str, Replica] = {}
         self.routed: dict[str, int] = {}  # requests in flight per replica, as the gateway counts
         self.loads: dict[str, routing.Load] = {}  # the gateway's last scrape of each replica
-        self.ledger: Ledger[Request] = Ledger(self.policies)
+        self.book: QueueBook[Request] = QueueBook(self.policies)
         self.capacity = 0
         self.waits: list[float] = []  # queue waits of the scaling classes since the last look
         self.prompt_tokens = 0  # since the last look
@@ -131,9 +131,9 @@ class Pool:
     # ---- gateway view ----------------------------------------------------------------------
 
     def _load(self) -> PoolLoad:
-        # The ledger's view follows its counts, and capacity and rate change only between
+        # The book's view follows its counts, and capacity and rate change only between
         # ticks, so one view serves a whole tick.
-        return self.ledger.load(self.capacity)
+        return self.book.load(self.capacity)
 
     def refresh(self) -> None:
         self.capacity = len(self.ready) * self.perf.max_num_seqs
@@ -141,13 +141,13 @@ class Pool:
         self.load = self._load()
 
     def tick_rate(self, seconds: float) -> None:
-        self.ledger.measure(seconds)
+        self.book.measure(seconds)
         self.refresh()
 
     def oldest_age(self, now: float, classes: list[str] | None = None) -> float:
-        ledger = self.ledger
+        book = self.book
         return max(
-            (ledger.oldest_age(c, now) for c in ledger.heads if classes is None or c in classes),
+            (book.oldest_age(c, now) for c in book.heads if classes is None or c in classes),
             default=0.0,
         )
 
@@ -180,11 +180,11 @@ class Pool:
             self.end(req, "shed", decision.reason.value, now)
             return
         if type(decision) is admission.Start:
-            self.ledger.start(req.cls, tenant=tenant, share=share, work=work, now=now)
+            self.book.start(req.cls, tenant=tenant, share=share, work=work, now=now)
             self._started(req, now)
         else:
             assert type(decision) is admission.Enqueue
-            self.ledger.enqueue(
+            self.book.enqueue(
                 req,
                 cls=req.cls,
                 enqueued_at=req.arrival,
@@ -201,16 +201,16 @@ class Pool:
     def displace(self, by: str, now: float) -> None:
         """Lower classes' waiters that a request of ``by`` put out of reach are refused now
         (``admission.displaced``), as the gateway refuses them."""
-        ledger = self.ledger
+        book = self.book
         while True:
-            fronts = [w for c in list(ledger.heads) for w in ledger.fronts(c)]
+            fronts = [w for c in list(book.heads) for w in book.fronts(c)]
             gone = admission.displaced(
                 policies=self.policies, load=self.load, fronts=fronts, by=by, now=now
             )
             if not gone:
                 return
             for waiter, why in gone:
-                req = ledger.remove(waiter)
+                req = book.remove(waiter)
                 assert req is not None  # fronts are live waiters
                 self.end(req, "shed", why.reason.value, now)
 
@@ -327,7 +327,7 @@ class Pool:
             req.finished = now
         if outcome in ("served", "failed") and req.dispatched is not None:
             tenant, share = self._tenant(req)
-            self.ledger.release(
+            self.book.release(
                 req.cls,
                 completed=outcome == "served",
                 held_seconds=req.finished - req.dispatched,
@@ -340,27 +340,27 @@ class Pool:
 
     def expire(self, now: float) -> None:
         """Waiters past their class's age or their deadline leave (oldest first per tenant)."""
-        ledger = self.ledger
+        book = self.book
         for cls in self.policies:
             while True:
-                fronts = ledger.fronts(cls)
+                fronts = book.fronts(cls)
                 gone = admission.expire(
-                    policies=self.policies, queued=fronts, now=now, prefill=ledger.prefill
+                    policies=self.policies, queued=fronts, now=now, prefill=book.prefill
                 )
                 if not gone:
                     break
                 for waiter, why in gone:
-                    req = ledger.remove(waiter)
+                    req = book.remove(waiter)
                     assert req is not None  # fronts are live waiters
                     self.end(req, "timed_out", why.reason.value, now)
 
     def wake(self, now: float) -> None:
         """Start waiters while slots are free."""
-        while self.ledger.heads:
+        while self.book.heads:
             head = admission.next_up(policies=self.policies, load=self.load, now=now)
             if head is None:
                 return
-            req = self.ledger.begin(head)
+            req = self.book.begin(head)
             assert req is not None  # heads are live waiters
             self._started(req, now)
 
@@ -499,8 +499,8 @@ class Pool:
             alive=sum(1 for r in self.replicas if not r.draining),
             oldest_queue_age=self.oldest_age(now, self.queue_age_classes),
             queue_wait_p95=waits[int(0.95 * (len(waits) - 1))] if waits else None,
-            queue_length=sum(self.ledger.queued.values()),
-            scaling_queue_length=sum(self.ledger.queued.get(c, 0) for c in self.queue_age_classes),
+            queue_length=sum(self.book.queued.values()),
+            scaling_queue_length=sum(self.book.queued.get(c, 0) for c in self.queue_age_classes),
             engine_waiting=sum(len(r.waiting) for r in ready),
             kv_cache_usage=sum(r.kv_usage() for r in ready) / len(ready) if ready else None,
             busy=sum(min(1.0, r.busy_window / interval) for r in ready),

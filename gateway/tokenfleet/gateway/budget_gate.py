@@ -2,7 +2,7 @@
 
 The arithmetic is the quotas': the request reserves its worst case — the prompt plus
 ``max_tokens`` for each of its sequences, for a currency budget priced at the dearest pool it
-may run on (its model's or its fallback's, :func:`tokenfleet.api.cost.rate_of`), or at the
+may run on (its model's or its fallback's, :func:`tokenfleet.accounting.cost.rate_of`), or at the
 dearest remote its ModelRoute may spill to — and settlement (:mod:`.stages.settle`) corrects the
 hold to what it really used, priced where it really ran. The budget step itself is
 :mod:`tokenfleet.gateway.stages.budget`.
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tokenfleet.api import budget, cost
+from tokenfleet.accounting import budget, cost
 from tokenfleet.api.tenant import Budget
-from tokenfleet.gateway.placement import Admitted
+from tokenfleet.gateway.targets import Admitted
 
 
 def worst_case(spec: Budget, admitted: Admitted, also: Sequence[cost.Rate] = ()) -> int:

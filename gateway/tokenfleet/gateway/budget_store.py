@@ -1,12 +1,12 @@
 """Tenant budgets shared by every gateway replica: reserve at admission, settle with real usage.
 
-The decision is :func:`tokenfleet.api.budget.decide`; this shell keeps the period's count in
-Redis (one key per tenant and period) with one Lua script whose arithmetic is
-:class:`tokenfleet.api.budget.Tally`'s. For a Reject budget the check and the increment are one
-atomic step, so two replicas never both take the last units; Downgrade and Notify budgets
+The decision is :func:`tokenfleet.accounting.budget.decide`; this shell keeps the period's count
+in Redis (one key per tenant and period) with one Lua script whose arithmetic is
+:class:`tokenfleet.accounting.budget.Tally`'s. For a Reject budget the check and the increment
+are one atomic step, so two replicas never both take the last units; Downgrade and Notify budgets
 always count (usage goes on) and act on the count they saw.
 
-Without Redis the count is per process (:class:`~tokenfleet.api.budget.Tally`). With Redis
+Without Redis the count is per process (:class:`~tokenfleet.accounting.budget.Tally`). With Redis
 configured but not answering, the budget does what the quotas do (its declared
 :class:`~tokenfleet.gateway.redis_backend.Failure`, ``--quota-failure``): open counts in this
 process, as without Redis; closed refuses with 503 ``quota_backend_unavailable`` and a
@@ -21,7 +21,7 @@ import dataclasses
 import datetime
 from typing import Literal
 
-from tokenfleet.api import budget
+from tokenfleet.accounting import budget
 from tokenfleet.api.tenant import Budget
 from tokenfleet.gateway import redis_backend
 from tokenfleet.gateway.policy.rejections import Reason, Rejected

@@ -10,7 +10,8 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tokenfleet.api import cost, labels
+from tokenfleet.accounting import cost
+from tokenfleet.api import labels
 from tokenfleet.api.adapter import ModelAdapterSpec
 from tokenfleet.api.deployment import ModelDeploymentSpec, ModelDeploymentStatus, ResponseCache
 from tokenfleet.api.pool import InferencePoolSpec
@@ -60,7 +61,7 @@ class Model:
     """The deployment's response cache, when it enabled one."""
     adapter: Adapter | None = None
     """Set when this is a LoRA adapter served on its base model's replicas under its own name
-    (placement.adapter_model): routing then places it (adapter_slots) and loads it first."""
+    (targets.adapter_model): routing then places it (adapter_slots) and loads it first."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

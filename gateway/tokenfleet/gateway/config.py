@@ -16,7 +16,7 @@ from typing import Literal
 import yaml
 from pydantic import Field
 
-from tokenfleet.api import cost
+from tokenfleet.accounting import cost
 from tokenfleet.api.adapter import ModelAdapterSpec
 from tokenfleet.api.base import Model as ApiModel
 from tokenfleet.api.deployment import AdapterPolicy, LoraLimits, ResponseCache

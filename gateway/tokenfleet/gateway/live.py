@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 
 from tokenfleet.gateway.catalog import Catalog
-from tokenfleet.gateway.placement import Target
 from tokenfleet.gateway.policy import admission
+from tokenfleet.gateway.targets import Target
 
 
 class Live:

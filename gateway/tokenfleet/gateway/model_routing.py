@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
-from tokenfleet.api import cost
+from tokenfleet.accounting import cost
 from tokenfleet.gateway.catalog import Catalog, Tenant
 from tokenfleet.gateway.policy import bodies, model_routes
 from tokenfleet.gateway.policy.rejections import Reason, Rejected

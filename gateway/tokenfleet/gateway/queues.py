@@ -2,9 +2,10 @@
 
 A request either starts at once, waits on a future until a slot frees (or it expires), or is
 refused. Every decision is :mod:`tokenfleet.gateway.policy.admission`'s; the counts it reads
-are a :class:`~tokenfleet.gateway.policy.ledger.Ledger` per pool, the one the simulator keeps.
-Inside a class the ledger shares the slots fairly among tenants by token work (a :class:`Fair`
-per request says who pays how much); a request without one queues first come first served.
+are a :class:`~tokenfleet.gateway.policy.queue_book.QueueBook` per pool, the one the simulator
+keeps. Inside a class the book shares the slots fairly among tenants by token work (a
+:class:`Fair` per request says who pays how much); a request without one queues first come
+first served.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from typing import TypeAlias
 from tokenfleet.gateway.catalog import Tenant
 from tokenfleet.gateway.policy import admission, fairness
 from tokenfleet.gateway.policy.admission import ClassPolicy
-from tokenfleet.gateway.policy.ledger import Ledger
+from tokenfleet.gateway.policy.queue_book import QueueBook
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
-#: One pool's ledger here: each waiter carries the future its request awaits.
-PoolQueue: TypeAlias = "Ledger[asyncio.Future[Rejected | None]]"
+#: One pool's queue book here: each waiter carries the future its request awaits.
+PoolQueue: TypeAlias = "QueueBook[asyncio.Future[Rejected | None]]"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,8 +67,8 @@ class Admitter:
 
     def queue(self, pool: str) -> PoolQueue:
         q = self.pools.get(pool)
-        if q is None:  # not setdefault: that would build a ledger on every call
-            q = self.pools[pool] = Ledger(now=time.monotonic())
+        if q is None:  # not setdefault: that would build a book on every call
+            q = self.pools[pool] = QueueBook(now=time.monotonic())
         return q
 
     async def acquire(
@@ -220,7 +221,7 @@ class Admitter:
                 return
             future = q.begin(chosen)
             if future is None:
-                return  # cannot happen: heads come from the same ledger
+                return  # cannot happen: heads come from the same book
             if future.done():  # its waiter is gone: give the slot back unpaid
                 q.release(
                     chosen.cls,

@@ -204,7 +204,7 @@ class QuotaStore:
             lease = self._lease_of(reservation.tenant, reservation.limits)
             slot_of = reservation.limits if reservation.limits.max_concurrent is not None else None
             if lease.settle(refund, time.monotonic(), slot_of=slot_of):
-                await self._return(reservation.tenant, lease.limits, 0, 0, 1)
+                await self._returns.give(reservation.tenant, lease.limits, 0, 0, 1)
             return
         if reservation.local:
             self._local.setdefault(reservation.tenant, quotas.Buckets()).settle(
@@ -295,7 +295,7 @@ class QuotaStore:
             return leases.Grant.REFUSED, lease_grants.Refusal(reason, int(answer[1]))
         got = int(answer[1]), int(answer[2]), int(answer[3])
         if lease.limits != limits:  # they changed while we asked: the grant goes back
-            await self._return(tenant, limits, *got)
+            await self._returns.give(tenant, limits, *got)
             return leases.Grant.UNANSWERED, None
         lease.add(*got[:2], time.monotonic(), slots=got[2])
         return leases.Grant.GRANTED, None
@@ -316,11 +316,6 @@ class QuotaStore:
     async def _give_back(self, due: Callable[[leases.Lease], bool]) -> None:
         """Give back what the leases ``due`` picks hold unspent (:mod:`.lease_returns`)."""
         await self._returns.give_back(due)
-
-    async def _return(
-        self, tenant: str, limits: quotas.Limits, requests: int, tokens: int, slots: int
-    ) -> leases.Outcome:
-        return await self._returns.give(tenant, limits, requests, tokens, slots)
 
 
 def _leased(tenant: str, limits: quotas.Limits, tokens: int) -> Reservation:

@@ -4,7 +4,7 @@
 path settles (served, cancelled, failed or shed). It counts the Prometheus counters at once (and
 sets the tenant's last-served gauge, which ``Tenant.status.lastUsed`` is read from) and adds the
 entry to an in-memory batch, summed per (hour, tenant, model, pool, outcome); a background task
-writes the batch to Redis (layout: :mod:`tokenfleet.signals.usage`) every
+writes the batch to Redis (layout: :mod:`tokenfleet.accounting.usage_layout`) every
 :data:`FLUSH_SECONDS`, one atomic script per summed entry. So a request never waits for the
 ledger, and a busy replica writes a few entries a second, not one per request.
 
@@ -17,8 +17,8 @@ and goes with the next write that succeeds. Prometheus counts every request eith
 
 Nothing is counted twice: a write that timed out may still have run in Redis, so each summed
 entry gets an id when it is first written, the script applies an id once
-(``usage.once_key``, remembered ``usage.ONCE_SECONDS``), and an entry that failed is tried
-again as it was —
+(``usage_layout.once_key``, remembered ``usage_layout.ONCE_SECONDS``), and an entry that failed
+is tried again as it was —
 same id, same sums, ahead of the fresh batch; what was recorded since goes in a new entry. The
 writer task is started again whenever it is gone (an event loop that ended, an error that
 killed it), and :meth:`UsageLedger.close` flushes whatever it left.
@@ -34,6 +34,7 @@ import uuid
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from tokenfleet.accounting import usage_layout
 from tokenfleet.gateway import redis_backend, redis_client
 from tokenfleet.gateway.metrics import memoized
 from tokenfleet.signals import usage
@@ -50,14 +51,14 @@ FAILURE = redis_backend.Failure(
 )
 
 #: A batch: (hour key, labels) -> the summed entry and the latest settlement time in it.
-_Batch = dict[tuple[str, tuple[str, str, str, str]], tuple[usage.Entry, int]]
+_Batch = dict[tuple[str, tuple[str, str, str, str]], tuple[usage_layout.Entry, int]]
 #: A write tried and to try again: (hour key, write id, entry, latest settlement time), fixed
 #: once first tried — Redis applies an id once, so its content must not change.
-_Write = tuple[str, str, usage.Entry, int]
+_Write = tuple[str, str, usage_layout.Entry, int]
 
 
 def _merged(
-    batch: _Batch, key: tuple[str, tuple[str, str, str, str]], entry: usage.Entry, at: int
+    batch: _Batch, key: tuple[str, tuple[str, str, str, str]], entry: usage_layout.Entry, at: int
 ) -> None:
     held = batch.get(key)
     if held is None:
@@ -65,7 +66,8 @@ def _merged(
         return
     summed, last = held
     batch[key] = (
-        usage.Entry(  # not dataclasses.replace: this runs once a request, and replace is slow
+        # not dataclasses.replace: this runs once a request, and replace is slow
+        usage_layout.Entry(
             tenant=summed.tenant,
             model=summed.model,
             pool=summed.pool,
@@ -93,7 +95,9 @@ class UsageLedger:
         self._owns_backend = backend is None
         self._backend = backend or redis_backend.Backend(url)
         self.failure = self._backend.declare(FAILURE)
-        self._script = self._backend.script(usage.RECORD_LUA) if self._backend.configured else None
+        self._script = (
+            self._backend.script(usage_layout.RECORD_LUA) if self._backend.configured else None
+        )
         self._pending: _Batch = {}
         self._retry: list[_Write] = []
         self._loop: asyncio.AbstractEventLoop | None = None  # what the connection and lock use
@@ -151,11 +155,11 @@ class UsageLedger:
     ) -> None:
         """Count one settled request; never raises, never waits (usage must not slow or fail a
         request)."""
-        entry = usage.Entry(
+        entry = usage_layout.Entry(
             tenant=tenant,
             model=model,
             pool=pool,
-            outcome=outcome if outcome in usage.OUTCOMES else "failed",
+            outcome=outcome if outcome in usage_layout.OUTCOMES else "failed",
             requests=1,
             prompt_tokens=max(0, prompt_tokens),
             cached_prompt_tokens=max(0, cached_prompt_tokens),
@@ -190,10 +194,10 @@ class UsageLedger:
         self._writer = loop.create_task(self._write_behind(self._wake))
 
     def _hour_key(self, stamp: int, at: datetime.datetime) -> str:
-        """usage.hour_key, formatted once an hour rather than once a request."""
+        """usage_layout.hour_key, formatted once an hour rather than once a request."""
         hour = stamp // 3600
         if self._hour[0] != hour:
-            self._hour = (hour, usage.hour_key(at))
+            self._hour = (hour, usage_layout.hour_key(at))
         return self._hour[1]
 
     async def _write_behind(self, wake: asyncio.Event) -> None:
@@ -229,10 +233,12 @@ class UsageLedger:
             done, lost_answer = 0, True
             try:
                 for hour, write_id, entry, at in writes:
-                    args: list[str | int] = [usage.RETENTION_SECONDS, entry.tenant, at]
-                    for field, value in usage.fields(entry):
+                    args: list[str | int] = [usage_layout.RETENTION_SECONDS, entry.tenant, at]
+                    for field, value in usage_layout.fields(entry):
                         args += [field, value]
-                    await script([hour, usage.LAST_USED_KEY, usage.once_key(write_id)], args)
+                    await script(
+                        [hour, usage_layout.LAST_USED_KEY, usage_layout.once_key(write_id)], args
+                    )
                     done += 1
             except redis_backend.ERRORS as exc:
                 lost_answer = not isinstance(exc, redis_client.NotSent)
@@ -293,12 +299,12 @@ class UsageLedger:
 
 async def read(
     client: redis_client.RespClient, *, since: datetime.datetime, until: datetime.datetime
-) -> list[tuple[str, list[usage.Entry]]]:
+) -> list[tuple[str, list[usage_layout.Entry]]]:
     """(hour key, entries) for every hour hash in the window: what reports are built from."""
     out = []
-    for key in usage.hour_keys(since, until):
+    for key in usage_layout.hour_keys(since, until):
         flat = await client.call("HGETALL", key)
         pairs = {flat[i].decode(): int(flat[i + 1]) for i in range(0, len(flat or []), 2)}
         if pairs:
-            out.append((key, usage.entries([pairs])))
+            out.append((key, usage_layout.entries([pairs])))
     return out

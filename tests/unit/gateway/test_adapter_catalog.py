@@ -1,5 +1,5 @@
 """The adapters in the catalog (``adapter_catalog``, ``catalog.from_objects``, static mode) and
-a request's resolution to one (``placement.resolve``).
+a request's resolution to one (``targets.resolve``).
 
 Matrix: the adapter's status (verified and current, stale, refused, none) → its offer; the
 base's lora limits → slots, its spec.adapters → spill and load timeout (defaults when absent);
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tokenfleet.api import labels
-from tokenfleet.gateway import catalog, config, placement
+from tokenfleet.gateway import catalog, config, targets
 from tokenfleet.gateway.policy import quotas
 from tokenfleet.gateway.policy.adapter_access import Offer
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
@@ -237,7 +237,7 @@ def test_resolve(
     who: catalog.Tenant, status: dict[str, Any], reason: Reason | None, retry: float | None
 ) -> None:
     cat = build([adapter(status=status)], pods=[pod("10.0.0.1")])
-    got = placement.resolve(cat, who, "acme-support")
+    got = targets.resolve(cat, who, "acme-support")
     if reason is None:
         assert isinstance(got, catalog.Model)
         assert (got.name, got.names, got.pools, got.fallback) == (
@@ -295,7 +295,7 @@ def test_static_mode_serves_adapters() -> None:
     )
     assert [e.url for e in cat.endpoints.group("a1").endpoints] == ["http://127.0.0.1:9001"]
     assert cat.loaders["http://127.0.0.1:9001"].url == "http://127.0.0.1:9101"
-    assert isinstance(placement.resolve(cat, tenant("acme", ()), "a1"), catalog.Model)
+    assert isinstance(targets.resolve(cat, tenant("acme", ()), "a1"), catalog.Model)
 
 
 def test_static_mode_refuses_an_adapter_on_a_model_without_lora() -> None:

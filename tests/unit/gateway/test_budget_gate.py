@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from tokenfleet.api import cost
+from tokenfleet.accounting import cost
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.api.tenant import Budget
 from tokenfleet.gateway import budget_gate, catalog
 from tokenfleet.gateway.config import StaticConfig
-from tokenfleet.gateway.placement import Admitted, Target
 from tokenfleet.gateway.policy import bodies, quotas
+from tokenfleet.gateway.targets import Admitted, Target
 
 CHEAP = cost.Rate(input_per_million=1.0, output_per_million=2.0)
 DEAR = cost.Rate(input_per_million=3.0, output_per_million=10.0)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tokenfleet.api.cost import Rate
+from tokenfleet.accounting.cost import Rate
 from tokenfleet.api.route import ModelRouteSpec
 from tokenfleet.gateway.policy import model_routes
 from tokenfleet.gateway.policy.model_routes import Decision, Facts, Why

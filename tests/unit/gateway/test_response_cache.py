@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tokenfleet.gateway.policy import cacheability, replay
+from tokenfleet.gateway.policy import cacheability, cached_answers
 from tokenfleet.gateway.policy.cacheability import Why
 
 GREEDY: dict[str, Any] = {
@@ -207,7 +207,7 @@ def test_storable(payload: bytes | None, over: dict[str, Any], why: Why) -> None
 
 
 def test_a_hit_has_its_own_id_and_charges_nothing() -> None:
-    served = replay.answer(orjson.dumps(chat_answer()), request_id="abc")
+    served = cached_answers.answer(orjson.dumps(chat_answer()), request_id="abc")
     assert served["id"] == "chatcmpl-abc"
     assert served["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
     assert served["choices"] == chat_answer()["choices"]
@@ -222,8 +222,8 @@ def decoded(events: list[bytes]) -> list[Any]:
 
 @pytest.mark.parametrize("include_usage", [True, False], ids=["usage", "no-usage"])
 def test_streamed_chat_hit_reassembles_to_the_answer(include_usage: bool) -> None:
-    served = replay.answer(orjson.dumps(chat_answer()), request_id="abc")
-    chunks = decoded(replay.events(served, include_usage=include_usage))
+    served = cached_answers.answer(orjson.dumps(chat_answer()), request_id="abc")
+    chunks = decoded(cached_answers.events(served, include_usage=include_usage))
     assert all(c["object"] == "chat.completion.chunk" and c["id"] == "chatcmpl-abc" for c in chunks)
     deltas = [c["choices"][0] for c in chunks if c["choices"]]
     assert deltas[0]["delta"]["role"] == "assistant"
@@ -232,7 +232,7 @@ def test_streamed_chat_hit_reassembles_to_the_answer(include_usage: bool) -> Non
     assert all(d["finish_reason"] is None for d in deltas[:-1])
     usage_chunks = [c for c in chunks if not c["choices"]]
     assert usage_chunks == (
-        [{**chunks[0], "choices": [], "usage": replay.ZERO_USAGE}] if include_usage else []
+        [{**chunks[0], "choices": [], "usage": cached_answers.ZERO_USAGE}] if include_usage else []
     )
 
 
@@ -245,8 +245,8 @@ def test_streamed_text_completion_hit() -> None:
         "choices": [{"index": 0, "text": " one two", "logprobs": None, "finish_reason": "length"}],
         "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
     }
-    served = replay.answer(orjson.dumps(answer), request_id="x")
-    chunks = decoded(replay.events(served, include_usage=False))
+    served = cached_answers.answer(orjson.dumps(answer), request_id="x")
+    chunks = decoded(cached_answers.events(served, include_usage=False))
     assert served["id"] == "cmpl-x"
     assert all(c["object"] == "text_completion" for c in chunks)
     assert "".join(c["choices"][0]["text"] for c in chunks) == " one two"
@@ -262,14 +262,14 @@ def test_streamed_text_completion_hit() -> None:
     ],
 )
 def test_pieces_keep_every_character(text: str, expected: list[str]) -> None:
-    assert replay.pieces(text) == expected
+    assert cached_answers.pieces(text) == expected
 
 
 def test_a_stream_assembles_to_the_answer_it_replays() -> None:
     """events() and assembled() are inverses: a streamed miss fills the cache for either."""
     engine = {**chat_answer(), "usage": {"prompt_tokens": 5, "completion_tokens": 4}}
-    stream = b"".join(replay.events(engine, include_usage=True))
-    whole = replay.assembled(stream)
+    stream = b"".join(cached_answers.events(engine, include_usage=True))
+    whole = cached_answers.assembled(stream)
     assert whole is not None
     again = orjson.loads(whole)
     assert again["object"] == "chat.completion" and again["usage"] == engine["usage"]
@@ -289,34 +289,36 @@ def test_a_text_stream_assembles() -> None:
         }
         for t, f in ((" one", None), (" two", None), ("", "length"))
     ]
-    stream = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + replay.DONE
-    whole = orjson.loads(replay.assembled(stream) or b"null")
+    stream = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + cached_answers.DONE
+    whole = orjson.loads(cached_answers.assembled(stream) or b"null")
     assert whole["choices"] == [
         {"index": 0, "text": " one two", "logprobs": None, "finish_reason": "length"}
     ]
 
 
 STREAM = b"".join(
-    replay.events(replay.answer(orjson.dumps(chat_answer()), request_id="i"), include_usage=False)
+    cached_answers.events(
+        cached_answers.answer(orjson.dumps(chat_answer()), request_id="i"), include_usage=False
+    )
 )
 
 
 @pytest.mark.parametrize(
     "stream",
     [
-        pytest.param(STREAM.removesuffix(replay.DONE), id="no-done"),
+        pytest.param(STREAM.removesuffix(cached_answers.DONE), id="no-done"),
         pytest.param(
             STREAM.replace(b"data: [DONE]", b'data: {"error": {"code": 500}}\n\ndata: [DONE]'),
             id="error-event",
         ),
-        pytest.param(b"data: {not json\n\n" + replay.DONE, id="not-json"),
-        pytest.param(replay.DONE, id="no-chunks"),
+        pytest.param(b"data: {not json\n\n" + cached_answers.DONE, id="not-json"),
+        pytest.param(cached_answers.DONE, id="no-chunks"),
         pytest.param(
             b'data: {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": '
-            b'{"tool_calls": [{"id": "t"}]}}]}\n\n' + replay.DONE,
+            b'{"tool_calls": [{"id": "t"}]}}]}\n\n' + cached_answers.DONE,
             id="tool-call",
         ),
     ],
 )
 def test_a_stream_that_did_not_finish_cleanly_assembles_to_nothing(stream: bytes) -> None:
-    assert replay.assembled(stream) is None
+    assert cached_answers.assembled(stream) is None

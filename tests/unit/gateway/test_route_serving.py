@@ -366,7 +366,7 @@ def test_a_fallback_serves_only_tenants_allowed_to_call_it(
 ) -> None:
     """A fallback is another model: a tenant allowed only `large` does not get `small`'s
     answers when `large` is full (finding 4 of issue 35: the fallback skipped the model check)."""
-    from tokenfleet.gateway import placement
+    from tokenfleet.gateway import targets
 
     large = deployment("large")
     large["spec"]["fallback"] = {"model": "small"}
@@ -374,9 +374,9 @@ def test_a_fallback_serves_only_tenants_allowed_to_call_it(
         pools=[obj({}, "p")], models=[large, deployment("small")], tenants=[], secrets=[], pods=[]
     )
     who = tenant(allowed)
-    primary = placement.place(c, who, parsed(model="large"))
+    primary = targets.place(c, who, parsed(model="large"))
     assert not isinstance(primary, Rejected), primary
-    chosen = placement.spare_for(c, primary, tenant=who, prompt_tokens=4)
+    chosen = targets.spare_for(c, primary, tenant=who, prompt_tokens=4)
     assert (chosen.model.name if chosen else None) == spare
 
 
@@ -413,7 +413,7 @@ def test_a_route_of_another_namespace_serves_only_targets_the_tenant_may_call(
         return
     assert isinstance(directed, model_routing.Directed), directed
     assert directed.parsed.model == served
-    from tokenfleet.gateway import placement
+    from tokenfleet.gateway import targets
 
-    placed = placement.place(c, tenant(allowed), directed.parsed, granted=True)
+    placed = targets.place(c, tenant(allowed), directed.parsed, granted=True)
     assert not isinstance(placed, Rejected) and placed.model.name == served

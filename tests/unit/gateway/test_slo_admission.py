@@ -11,7 +11,7 @@ from tokenfleet.api.pool import Admission, AdmissionClass, InferencePoolSpec
 from tokenfleet.gateway import catalog
 from tokenfleet.gateway.policy import admission
 from tokenfleet.gateway.policy.admission import ClassPolicy, Enqueue, PoolLoad, Start, Waiting
-from tokenfleet.gateway.policy.ledger import Ledger
+from tokenfleet.gateway.policy.queue_book import QueueBook
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
 
@@ -317,7 +317,7 @@ def test_work(prompt: int, max_tokens: int, work: float) -> None:
 
 
 def test_ledger_counts_work() -> None:
-    ledger: Ledger[str] = Ledger(["interactive"])
+    ledger: QueueBook[str] = QueueBook(["interactive"])
     a = ledger.enqueue("a", cls="interactive", enqueued_at=0.0, deadline=9.0, cost=300.0)
     ledger.enqueue("b", cls="interactive", enqueued_at=0.0, deadline=9.0, cost=200.0)
     assert ledger.queued_cost["interactive"] == 500.0
@@ -332,7 +332,7 @@ def test_ledger_counts_work() -> None:
 
 
 def test_ledger_averages_are_weighted() -> None:
-    ledger: Ledger[str] = Ledger()
+    ledger: QueueBook[str] = QueueBook()
     for seconds in (1.0, 0.0, 0.0):
         ledger.release("x", prefill=seconds)
     assert ledger.prefill == pytest.approx(0.81)

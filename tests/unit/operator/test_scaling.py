@@ -680,3 +680,53 @@ def test_a_pool_without_signals_holds_its_scheduled_floor() -> None:
     policy = dataclasses.replace(BASE, min_replicas=6, schedules=(LAUNCH,))
     assert scaling.scheduled_floor(policy, MONDAY_9) == 12
     assert scaling.scheduled_floor(policy, MONDAY_9 + datetime.timedelta(hours=4)) == 6
+
+
+@pytest.mark.parametrize(
+    ("policy", "now", "expected"),
+    [
+        pytest.param(
+            dataclasses.replace(BASE, min_replicas=6, schedules=(LAUNCH,)),
+            MONDAY_9,
+            12,
+            id="a-window-above-min-holds-its-floor",
+        ),
+        pytest.param(
+            dataclasses.replace(BASE, min_replicas=6, schedules=(LAUNCH,)),
+            MONDAY_9 + datetime.timedelta(hours=4),
+            0,
+            id="the-window-over-min-decides",
+        ),
+        pytest.param(
+            dataclasses.replace(BASE, min_replicas=12, schedules=(LAUNCH,)),
+            MONDAY_9,
+            0,
+            id="a-window-equal-to-min-adds-nothing",
+        ),
+        pytest.param(
+            dataclasses.replace(BASE, min_replicas=15, schedules=(LAUNCH,)),
+            MONDAY_9,
+            0,
+            id="a-window-below-min-adds-nothing",
+        ),
+        pytest.param(dataclasses.replace(BASE, min_replicas=3), MONDAY_9, 0, id="no-schedule"),
+        pytest.param(
+            dataclasses.replace(BASE, min_replicas=2, schedules=(NIGHT,)),
+            MONDAY_9.replace(hour=23),
+            9,
+            id="a-window-across-midnight-holds",
+        ),
+        pytest.param(
+            dataclasses.replace(BASE, min_replicas=2, schedules=(CAPPED,)),
+            MONDAY_9,
+            0,
+            id="a-window-that-only-caps-adds-nothing",
+        ),
+    ],
+)
+def test_demand_without_signals_is_the_scheduled_floor_else_zero(
+    policy: Policy, now: datetime.datetime, expected: int
+) -> None:
+    """No model yet or no Prometheus: the demand a pool plans with is a known event's floor
+    when that floor rises above replicas.min, else 0 (replicas.min decides)."""
+    assert scaling.demand_without_signals(policy, now) == expected

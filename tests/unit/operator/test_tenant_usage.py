@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tokenfleet.api import cost
+from tokenfleet.accounting import cost
 from tokenfleet.api.tenant import UsageStatus
 from tokenfleet.operator.plan import tenant_status
 from tokenfleet.signals import queries

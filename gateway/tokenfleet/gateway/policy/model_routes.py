@@ -25,7 +25,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tokenfleet.api.cost import Rate
+from tokenfleet.accounting.cost import Rate
 from tokenfleet.api.route import Match, ModelRouteSpec, Rule, Target
 
 #: Response header: the route and the rule (or "default") that chose the served model.

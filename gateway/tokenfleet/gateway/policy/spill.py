@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tokenfleet.api import cost
+from tokenfleet.accounting import cost
 from tokenfleet.api.route import Remote
 from tokenfleet.gateway.policy.rejections import Reason
 

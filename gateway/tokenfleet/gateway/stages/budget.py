@@ -1,8 +1,9 @@
 """Step 4's budget: the tenant's ``spec.budget`` against its period's shared count.
 
 The request reserves its worst case (:func:`tokenfleet.gateway.budget_gate.worst_case`, a
-ModelRoute's remotes' prices included); the verdict is :func:`tokenfleet.api.budget.decide`'s,
-the count :class:`~tokenfleet.gateway.budget_store.BudgetStore`'s, shared by every replica
+ModelRoute's remotes' prices included); the verdict is
+:func:`tokenfleet.accounting.budget.decide`'s, the count
+:class:`~tokenfleet.gateway.budget_store.BudgetStore`'s, shared by every replica
 through Redis (with Redis down: its declared failure mode, the quotas' open or closed).
 
 At the limit: Reject refuses (429, Retry-After until the reset), Downgrade re-places the request
@@ -18,10 +19,10 @@ import datetime
 from tokenfleet.gateway import budget_store
 from tokenfleet.gateway.budget_gate import worst_case
 from tokenfleet.gateway.live import Live
-from tokenfleet.gateway.placement import Admitted, place
 from tokenfleet.gateway.policy import spill as spill_rules
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.stages import events
+from tokenfleet.gateway.targets import Admitted, place
 
 NO_HOLD = budget_store.Held(key="", amount=0, ttl=0)
 

@@ -2,7 +2,7 @@
 after it was served.
 
 The decisions are :mod:`~tokenfleet.gateway.policy.cacheability`'s, the rendering
-:mod:`~tokenfleet.gateway.policy.replay`'s, the Redis calls :mod:`..response_store`'s; this
+:mod:`~tokenfleet.gateway.policy.cached_answers`'s, the Redis calls :mod:`..response_store`'s; this
 stage sequences them and counts what happened. A Redis failure is a miss (the store's declared
 failure mode, and an error in the metrics), never a refusal.
 """
@@ -18,10 +18,10 @@ from aiohttp import web
 from tokenfleet.gateway import proxy, response_store
 from tokenfleet.gateway.live import Live
 from tokenfleet.gateway.metrics import ResponseCacheMetrics
-from tokenfleet.gateway.placement import Admitted
-from tokenfleet.gateway.policy import cacheability, replay
+from tokenfleet.gateway.policy import cacheability, cached_answers
 from tokenfleet.gateway.policy.rejections import Rejected
 from tokenfleet.gateway.stages import context, events
+from tokenfleet.gateway.targets import Admitted
 
 MODEL_HEADER = "X-TokenFleet-Model"  # as proxy sets it: the model that produced the answer
 CACHEABLE = cacheability.Why.CACHEABLE
@@ -100,7 +100,7 @@ class Cache:
         if entry is None:
             return None
         try:
-            return replay.answer(entry, request_id=request_id)
+            return cached_answers.answer(entry, request_id=request_id)
         except (orjson.JSONDecodeError, TypeError, AttributeError):
             self._metrics.errors.labels(model, "decode").inc()
             return None
@@ -124,7 +124,9 @@ class Cache:
             headers={**out, "Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
         )
         await response.prepare(request)
-        await response.write(b"".join(replay.events(served, include_usage=parsed.include_usage)))
+        await response.write(
+            b"".join(cached_answers.events(served, include_usage=parsed.include_usage))
+        )
         await response.write_eof()
         return response
 
@@ -175,4 +177,4 @@ def _answer_of(outcome: proxy.Outcome) -> bytes | None:
     body = response.body if isinstance(response, web.Response) else None
     if isinstance(body, bytes):
         return body
-    return replay.assembled(bytes(outcome.captured)) if outcome.captured else None
+    return cached_answers.assembled(bytes(outcome.captured)) if outcome.captured else None

@@ -14,10 +14,10 @@ from typing import NamedTuple
 from aiohttp import web
 
 from tokenfleet.gateway import proxy
-from tokenfleet.gateway.placement import Target
 from tokenfleet.gateway.policy import bodies
 from tokenfleet.gateway.policy.rejections import Rejected
 from tokenfleet.gateway.stages import events
+from tokenfleet.gateway.targets import Target
 
 _ID_PREFIX = os.urandom(6).hex()
 _ID_COUNTER = itertools.count(1)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple, Protocol
 
-from tokenfleet.api import cost
+from tokenfleet.accounting import cost
 from tokenfleet.api.route import Remote
 from tokenfleet.gateway import budget_store, proxy
-from tokenfleet.gateway.placement import Target
 from tokenfleet.gateway.policy import spill as spill_rules
 from tokenfleet.gateway.route_catalog import RouteEntry
+from tokenfleet.gateway.targets import Target
 
 ID_HEADER = "X-Request-Id"
 #: Pins a request to one revision (testing a canary); the response names the revision served.

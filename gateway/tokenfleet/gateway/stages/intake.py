@@ -1,7 +1,7 @@
 """Steps 1-3, intake: who asks (the API key → a Tenant), for what (the body, parsed once; a
 ModelRoute's public name directed to the served model its rules choose: :mod:`..model_routing`),
 where it may run (model, pool by context bucket, class) and by when (the deadline): the
-:class:`~tokenfleet.gateway.placement.Admitted` request, built once, or the refusal."""
+:class:`~tokenfleet.gateway.targets.Admitted` request, built once, or the refusal."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from tokenfleet.gateway.catalog import Tenant
 from tokenfleet.gateway.config import Settings
 from tokenfleet.gateway.intake import Bodies, authenticate
 from tokenfleet.gateway.live import Live
-from tokenfleet.gateway.placement import Admitted, place, spare_for
 from tokenfleet.gateway.policy import bodies, deadlines, usage
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.policy.salt import cache_salt
 from tokenfleet.gateway.stages import context, events
+from tokenfleet.gateway.targets import Admitted, place, spare_for
 
 #: A revision pin from a tenant not granted it (Tenant.spec.revisionPinning).
 PIN_REFUSED = Rejected(

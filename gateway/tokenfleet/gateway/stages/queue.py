@@ -19,12 +19,12 @@ from aiohttp import web
 from tokenfleet.gateway import queues
 from tokenfleet.gateway.live import Live
 from tokenfleet.gateway.metrics import Metrics
-from tokenfleet.gateway.placement import Admitted, Target
 from tokenfleet.gateway.policy import admission, bodies, fallback
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.route_catalog import RouteEntry
 from tokenfleet.gateway.stages import context, events
 from tokenfleet.gateway.stages.upstream import Upstream, Work
+from tokenfleet.gateway.targets import Admitted, Target
 
 
 class Queue:

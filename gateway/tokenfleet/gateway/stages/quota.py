@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 
-from tokenfleet.gateway.placement import Admitted
 from tokenfleet.gateway.policy import usage
 from tokenfleet.gateway.policy.rejections import Rejected
 from tokenfleet.gateway.quota_store import QuotaStore, Reservation
+from tokenfleet.gateway.targets import Admitted
 
 
 class Quota:

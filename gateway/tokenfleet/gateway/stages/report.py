@@ -14,10 +14,10 @@ from tokenfleet.gateway.accesslog import AccessLog
 from tokenfleet.gateway.intake import reject
 from tokenfleet.gateway.live import Live
 from tokenfleet.gateway.metrics import Metrics, model_label, observe_all
-from tokenfleet.gateway.placement import Target
 from tokenfleet.gateway.policy import usage
 from tokenfleet.gateway.policy.rejections import Rejected
 from tokenfleet.gateway.stages import context, events
+from tokenfleet.gateway.targets import Target
 
 
 class Report:

@@ -26,15 +26,15 @@ import asyncio
 import contextlib
 import logging
 
-from tokenfleet.api import budget, cost
+from tokenfleet.accounting import budget, cost
 from tokenfleet.gateway import budget_store
 from tokenfleet.gateway.live import Live
 from tokenfleet.gateway.metrics import Metrics, SpillMetrics
-from tokenfleet.gateway.placement import Admitted
 from tokenfleet.gateway.policy import usage
 from tokenfleet.gateway.proxy import Meter
 from tokenfleet.gateway.quota_store import QuotaStore, Reservation
 from tokenfleet.gateway.stages import context, events
+from tokenfleet.gateway.targets import Admitted
 from tokenfleet.gateway.usage_ledger import UsageLedger
 
 log = logging.getLogger("tokenfleet.gateway.settle")

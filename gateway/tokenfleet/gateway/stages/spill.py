@@ -37,7 +37,6 @@ from tokenfleet.api.tenant import Budget
 from tokenfleet.gateway import budget_store, engine_http, proxy
 from tokenfleet.gateway.catalog import Tenant
 from tokenfleet.gateway.metrics import SpillMetrics
-from tokenfleet.gateway.placement import Admitted
 from tokenfleet.gateway.policy import bodies, deadlines
 from tokenfleet.gateway.policy import spill as rules
 from tokenfleet.gateway.policy.rejections import Rejected
@@ -46,6 +45,7 @@ from tokenfleet.gateway.route_catalog import RouteEntry
 from tokenfleet.gateway.router import Router
 from tokenfleet.gateway.stages import context, events
 from tokenfleet.gateway.stages.events import Spilled
+from tokenfleet.gateway.targets import Admitted
 
 logger = logging.getLogger("tokenfleet.gateway.spill")
 

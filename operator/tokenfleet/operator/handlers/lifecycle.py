@@ -14,7 +14,8 @@ from tokenfleet.operator import leadership
 from tokenfleet.operator.config import OperatorConfig
 from tokenfleet.operator.exporter import Exporter
 from tokenfleet.operator.k8s import Kube
-from tokenfleet.operator.loop import Indexes, Reconciler
+from tokenfleet.operator.loop import Reconciler
+from tokenfleet.operator.reconcilers.indexed import Indexes
 from tokenfleet.operator.signals_source import PrometheusSignals
 
 

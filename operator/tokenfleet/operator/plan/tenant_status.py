@@ -21,7 +21,8 @@ from typing import Any
 
 import pydantic
 
-from tokenfleet.api import budget, cost, labels
+from tokenfleet.accounting import budget, cost
+from tokenfleet.api import labels
 from tokenfleet.api.base import rfc3339
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.api.tenant import Budget, TenantStatus, UsageStatus
@@ -89,8 +90,9 @@ def totals(by_pool: ByPool) -> dict[str, int]:
 
 
 def pool_rates(pools: Iterable[Mapping[str, Any]]) -> dict[str, cost.Rate | None]:
-    """Pool (namespace/name) → its price per million tokens (:func:`tokenfleet.api.cost.rate_of`,
-    the gateway's); a pool whose spec does not parse is unpriced."""
+    """Pool (namespace/name) → its price per million tokens
+    (:func:`tokenfleet.accounting.cost.rate_of`, the gateway's); a pool whose spec does not parse
+    is unpriced."""
     out: dict[str, cost.Rate | None] = {}
     for body in pools:
         meta = body["metadata"]
@@ -115,7 +117,7 @@ def usage_of(
 
     With the growth ``by_pool`` and the pools' ``rates``, the usage carries its cost and a
     currency budget its used micro-units, priced as the gateway prices them
-    (:func:`tokenfleet.api.budget.charge` per pool); without them, a currency budget's used
+    (:func:`tokenfleet.accounting.budget.charge` per pool); without them, a currency budget's used
     units are unknown: None."""
     if counters is None:
         return None, None

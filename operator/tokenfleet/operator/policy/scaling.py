@@ -243,6 +243,14 @@ def scheduled_floor(policy: Policy, now: datetime.datetime) -> int:
     return _bounds(policy, now).low
 
 
+def demand_without_signals(policy: Policy, now: datetime.datetime) -> int:
+    """A pool's demand when there is nothing to decide on (no model yet, no Prometheus
+    configured): a known event's floor (:func:`scheduled_floor`) when it rises above
+    ``replicas.min``, else 0 — which says "no demand of its own": ``replicas.min`` decides."""
+    floor = scheduled_floor(policy, now)
+    return floor if floor > policy.min_replicas else 0
+
+
 def queue_age_classes(configured: Sequence[str], classes: Sequence[tuple[str, int]]) -> list[str]:
     """Admission classes (name, priority) whose queue age drives scaling: those configured,
     else all but the lowest-priority class when there are several (batch waits by design):

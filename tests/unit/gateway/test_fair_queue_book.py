@@ -12,7 +12,7 @@ import pytest
 
 from tokenfleet.gateway.policy import admission, fairness
 from tokenfleet.gateway.policy.admission import ClassPolicy, Enqueue, Waiting
-from tokenfleet.gateway.policy.ledger import Ledger
+from tokenfleet.gateway.policy.queue_book import QueueBook
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 
 POLICIES = {
@@ -26,7 +26,7 @@ POLICIES = {
 
 
 def wait(
-    ledger: Ledger[str],
+    ledger: QueueBook[str],
     tenant: str,
     *,
     cls: str = "lo",
@@ -50,7 +50,7 @@ def replay(
 ) -> collections.Counter[str]:
     """One slot, every tenant backlogged (``count`` waiters of ``work`` each, with ``share``):
     start the head, finish it, repeat; how many starts each tenant got."""
-    ledger: Ledger[str] = Ledger()
+    ledger: QueueBook[str] = QueueBook()
     t = 0.0
     for tenant, (count, work, share) in arrivals.items():
         for _ in range(count):
@@ -95,7 +95,7 @@ def test_backlogged_tenants_get_starts_in_proportion_to_share_over_work(
 
 
 def test_the_head_is_the_lowest_counter_then_the_oldest() -> None:
-    ledger: Ledger[str] = Ledger()
+    ledger: QueueBook[str] = QueueBook()
     flood = [wait(ledger, "heavy", at=float(i)) for i in range(5)]
     assert ledger.heads["lo"] is flood[0]
     ledger.begin(flood[0])  # heavy is charged 100
@@ -109,7 +109,7 @@ def test_the_head_is_the_lowest_counter_then_the_oldest() -> None:
 
 
 def test_priority_classes_stay_strictly_ordered_whatever_the_counters() -> None:
-    ledger: Ledger[str] = Ledger()
+    ledger: QueueBook[str] = QueueBook()
     ledger.start("hi", tenant="t", work=1e9)  # t has used far more in hi
     ledger.release("hi", tenant="t")
     wait(ledger, "cheap", cls="lo", at=0.0)
@@ -118,7 +118,7 @@ def test_priority_classes_stay_strictly_ordered_whatever_the_counters() -> None:
 
 
 def test_a_returning_idle_tenant_is_lifted_and_banks_no_credit() -> None:
-    ledger: Ledger[str] = Ledger()
+    ledger: QueueBook[str] = QueueBook()
     ledger.start("lo", tenant="busy", work=500.0)
     ledger.start("lo", tenant="quiet", work=100.0)
     ledger.release("lo", tenant="quiet")  # quiet goes idle at 100 while busy runs at 500
@@ -128,7 +128,7 @@ def test_a_returning_idle_tenant_is_lifted_and_banks_no_credit() -> None:
 
 
 def test_a_settled_request_is_charged_what_it_did_and_idle_classes_forget() -> None:
-    ledger: Ledger[str] = Ledger()
+    ledger: QueueBook[str] = QueueBook()
     ledger.start("lo", tenant="a", work=fairness.work(prompt_tokens=100, output_tokens=50))
     ledger.start("lo", tenant="b", work=10.0)
     correction = fairness.work(prompt_tokens=0, output_tokens=10 - 50)  # cancelled early
@@ -140,7 +140,7 @@ def test_a_settled_request_is_charged_what_it_did_and_idle_classes_forget() -> N
 
 
 def test_waiters_leaving_from_the_middle_keep_each_line_in_order() -> None:
-    ledger: Ledger[str] = Ledger()
+    ledger: QueueBook[str] = QueueBook()
     a = [wait(ledger, "a", at=float(i)) for i in range(3)]
     b = wait(ledger, "b", at=5.0)
     assert ledger.remove(a[1]) == "a@1.0"
@@ -314,7 +314,7 @@ def test_headroom(
 
 
 def test_a_flood_leaves_a_slot_while_others_are_present_and_takes_it_once_alone() -> None:
-    ledger: Ledger[str] = Ledger()
+    ledger: QueueBook[str] = QueueBook()
     for at in (0.0, 0.1, 0.2, 0.3, 0.4):
         ledger.start("lo", tenant="flood", work=3200.0, now=at)
     ledger.start("lo", tenant="light", work=320.0, now=0.5)

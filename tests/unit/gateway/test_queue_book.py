@@ -10,12 +10,12 @@ from typing import Any, Literal
 import pytest
 
 from tokenfleet.gateway.policy import admission, prefix, routing
-from tokenfleet.gateway.policy.ledger import Ledger
+from tokenfleet.gateway.policy.queue_book import QueueBook
 
 
-def filled(*arrivals: tuple[str, float]) -> tuple[Ledger[str], list[admission.Waiting]]:
+def filled(*arrivals: tuple[str, float]) -> tuple[QueueBook[str], list[admission.Waiting]]:
     """A ledger with one waiter per (class, time), carrying its own name."""
-    ledger: Ledger[str] = Ledger()
+    ledger: QueueBook[str] = QueueBook()
     entries = [
         ledger.enqueue(f"{cls}@{at}", cls=cls, enqueued_at=at, deadline=at + 10)
         for cls, at in arrivals
@@ -24,7 +24,7 @@ def filled(*arrivals: tuple[str, float]) -> tuple[Ledger[str], list[admission.Wa
 
 
 def test_slots_are_counted_per_class_and_never_below_zero() -> None:
-    ledger: Ledger[str] = Ledger(["hi", "lo"])
+    ledger: QueueBook[str] = QueueBook(["hi", "lo"])
     ledger.start("hi")
     ledger.start("hi")
     ledger.start("new")
@@ -81,7 +81,7 @@ def test_tickets_order_waiters_across_classes() -> None:
     ],
 )
 def test_the_service_rate_is_measured_once_a_window(times: list[float], rate: object) -> None:
-    ledger: Ledger[str] = Ledger(now=0.0)
+    ledger: QueueBook[str] = QueueBook(now=0.0)
     for t in times:
         ledger.start("c")
         ledger.release("c")
@@ -90,7 +90,7 @@ def test_the_service_rate_is_measured_once_a_window(times: list[float], rate: ob
 
 
 def test_a_measurement_over_given_seconds_matches_the_core() -> None:
-    ledger: Ledger[str] = Ledger()
+    ledger: QueueBook[str] = QueueBook()
     ledger.completions = 30
     ledger.measure(2.0)
     assert (ledger.service_rate, ledger.completions) == (15.0, 0)
@@ -99,7 +99,7 @@ def test_a_measurement_over_given_seconds_matches_the_core() -> None:
 def test_a_quiet_spell_does_not_make_the_pool_look_slow() -> None:
     """One 1-second request after 60 idle seconds: completions say 1/60 per second, but three
     slots each freed in a second sustain 3 per second, so queue waits are judged by that."""
-    ledger: Ledger[str] = Ledger(now=0.0)
+    ledger: QueueBook[str] = QueueBook(now=0.0)
     ledger.start("c")
     ledger.release("c", held_seconds=1.0)
     ledger.measure_at(60.0)
@@ -108,7 +108,7 @@ def test_a_quiet_spell_does_not_make_the_pool_look_slow() -> None:
 
 
 def test_the_hold_time_follows_recent_requests_and_ignores_unserved_ones() -> None:
-    ledger: Ledger[str] = Ledger()
+    ledger: QueueBook[str] = QueueBook()
     for held in (1.0, 2.0):
         ledger.start("c")
         ledger.release("c", held_seconds=held)

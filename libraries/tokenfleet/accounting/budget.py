@@ -1,7 +1,8 @@
 """What ``Tenant.spec.budget`` decides for one request, and the budget's state (pure).
 
 Shared by the gateway (which enforces it), the operator (which writes ``Tenant.status.budget``)
-and the CLI, so it lives with the type it gives meaning to (see :mod:`tokenfleet.api.cost`).
+and the CLI, so it lives on the floor they all stand on, :mod:`tokenfleet.accounting`, beside
+:mod:`~tokenfleet.accounting.cost`.
 
 A budget counts *units* per period (a UTC day or month): tokens for a token budget, micro-units
 of currency (1e-6, integers, so Redis counts them exactly) for a currency budget. It follows the
@@ -30,7 +31,7 @@ import datetime
 import math
 from typing import Literal
 
-from tokenfleet.api import cost
+from tokenfleet.accounting import cost
 from tokenfleet.api.tenant import Budget, BudgetStatus
 
 MICRO = cost.MICRO  # currency micro-units per unit
@@ -85,9 +86,9 @@ def charge(
     """What a request's tokens cost ``budget``, in its units.
 
     A token budget counts the tokens. A currency budget prices them at ``rate`` (the serving
-    pool's, :func:`tokenfleet.api.cost.rate_of`): a price per million tokens is exactly
-    micro-units per token, so the charge is :func:`tokenfleet.api.cost.micro`. An unpriced pool,
-    or one priced in another currency (no exchange rate is known), charges 0.
+    pool's, :func:`tokenfleet.accounting.cost.rate_of`): a price per million tokens is exactly
+    micro-units per token, so the charge is :func:`tokenfleet.accounting.cost.micro`. An unpriced
+    pool, or one priced in another currency (no exchange rate is known), charges 0.
     """
     if budget.tokens is not None:
         return prompt_tokens + completion_tokens

@@ -1,9 +1,11 @@
-"""One pool's admission bookkeeping: who runs, who waits in what order, how fast the pool serves.
+"""One pool's queue book: who runs, who waits in what order, how fast the pool serves.
 
 The gateway's queues (``tokenfleet.gateway.queues``) and the fleet simulator
-(``tokenfleet.sim.pool``) keep this same ledger, so the simulator replays the gateway's
-bookkeeping instead of a copy of it. The ledger is the state the admission core reads
-(:meth:`Ledger.load`); what to do with it stays in :mod:`tokenfleet.gateway.policy.admission`.
+(``tokenfleet.sim.pool``) keep this same book, so the simulator replays the gateway's
+bookkeeping instead of a copy of it. The book is the state the admission core reads
+(:meth:`QueueBook.load`); what to do with it stays in :mod:`tokenfleet.gateway.policy.admission`.
+How fast the pool serves is its :class:`~tokenfleet.gateway.policy.service_meter.ServiceMeter`
+half.
 
 It is counting only: no I/O, no clock (``now`` is passed in), no randomness, no logging. Unlike
 the decision cores it is updated in place, like :class:`~tokenfleet.gateway.policy.prefix.
@@ -24,33 +26,26 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from tokenfleet.gateway.policy import fairness
-from tokenfleet.gateway.policy.admission import PoolLoad, Waiting, ewma_rate
+from tokenfleet.gateway.policy.admission import PoolLoad, Waiting
+from tokenfleet.gateway.policy.service_meter import ServiceMeter
 
 T = TypeVar("T")
 
-#: Seconds between service-rate measurements when they are taken at completions (the gateway):
-#: shorter windows make the average jump with every burst of completions.
-RATE_WINDOW = 1.0
-#: Weight of the newest request in the average time a request holds its slot.
-HOLD_WEIGHT = 0.2
-#: Weight of a new sample in the expected prefill and the mean work: ~10 requests of memory, so
-#: they follow a change of prompt mix or cache hit ratio within a second at tens per second.
-SAMPLE_WEIGHT = 0.1
 #: Idle tenants' counters kept per class beyond the active ones before they are dropped
 #: (:func:`fairness.forget`): bounded memory when many tenants come and go.
 IDLE_COUNTERS = 64
 
 
-class Ledger(Generic[T]):
-    """In-flight and queued requests per class, each class's head, and the service rate.
+class QueueBook(ServiceMeter, Generic[T]):
+    """In-flight and queued requests per class, each class's head; and, as a
+    :class:`ServiceMeter`, the service rate, hold time, mean work and prefill.
 
     Token work (:func:`admission.work`, a waiter's ``cost``) is counted beside requests: the
-    work waiting per class and the average work of a completed request, so admission counts a
-    queue in average requests of work. ``prefill`` is the average time from a slot to the first
-    token.
+    work waiting per class here, the average work of a completed request in the meter, so
+    admission counts a queue in average requests of work.
 
     ``T`` is what a waiter carries for its shell: a future in the gateway, the request in the
     simulator. ``classes`` may be given up front (the simulator: every lookup then finds its
@@ -58,6 +53,7 @@ class Ledger(Generic[T]):
     """
 
     def __init__(self, classes: Iterable[str] = (), *, now: float = 0.0) -> None:
+        super().__init__(now=now)
         names = list(classes)
         self.in_flight: dict[str, int] = dict.fromkeys(names, 0)
         """Class → requests running."""
@@ -77,20 +73,8 @@ class Ledger(Generic[T]):
         """Class → tenant → counter units its waiters will be charged (admission's fair order)."""
         self.waiting_cost: dict[str, dict[str, float]] = {}
         """Class → tenant → token work of its waiters (admission's work ahead)."""
-        self.service_rate = 0.0
-        """Completions per second, exponentially weighted (:func:`admission.ewma_rate`)."""
-        self.hold_seconds = 0.0
-        """Seconds a completed request held its slot, exponentially weighted (0 until one did)."""
-        self.completions = 0
-        """Completions since the last measurement."""
         self.queued_cost: dict[str, float] = dict.fromkeys(names, 0.0)
         """Class → token work waiting."""
-        self.mean_cost = 0.0
-        """Token work of a completed request, averaged (0 until one reported its cost)."""
-        self.prefill = 0.0
-        """Seconds from a slot to the first token, averaged (0 until one reported it)."""
-        self.rate_at = now
-        """When the rate was last measured (seconds on the caller's clock)."""
         self._lines: dict[str, dict[str, collections.deque[Waiting]]] = {}
         self._active: dict[str, dict[str, int]] = {}  # class → tenant → waiting + running
         self._items: dict[int, T] = {}
@@ -99,7 +83,7 @@ class Ledger(Generic[T]):
     def load(self, capacity: int) -> PoolLoad:
         """The pool as the admission core sees it, for a pool of ``capacity`` slots.
 
-        A view, not a copy: its counts follow the ledger. Read it before awaiting anything."""
+        A view, not a copy: its counts follow the book. Read it before awaiting anything."""
         return PoolLoad(
             capacity=capacity,
             in_flight=self.in_flight,
@@ -116,16 +100,6 @@ class Ledger(Generic[T]):
             waiting_work=self.waiting_work,
             waiting_cost=self.waiting_cost,
         )
-
-    def rate_for(self, capacity: int) -> float:
-        """Requests per second ``capacity`` slots serve: the measured completion rate, or the
-        rate the slots sustain by Little's law (capacity / hold time), whichever is higher.
-
-        Completions per second measure demand while the pool is not saturated: after a quiet
-        minute one completion reads as one request a minute, and a burst would be refused as
-        unmeetable though every slot frees in a second. Hold time does not decay with idleness."""
-        sustained = capacity / self.hold_seconds if self.hold_seconds > 0 else 0.0
-        return max(self.service_rate, sustained)
 
     def depth(self, cls: str) -> int:
         return self.queued.get(cls, 0)
@@ -187,11 +161,9 @@ class Ledger(Generic[T]):
         cost: float | None = None,
         prefill: float | None = None,
     ) -> None:
-        """A request of ``cls`` gives its slot back; ``completed`` counts it in the rate and its
-        ``held_seconds`` (how long it held the slot) in the hold time, its ``cost`` (token work)
-        in the mean work. ``correction`` (counter units, negative for a refund) settles
-        ``tenant``'s charge to the work actually done; ``prefill``: seconds from its slot to its
-        first token, if it had one."""
+        """A request of ``cls`` gives its slot back. ``correction`` (counter units, negative for
+        a refund) settles ``tenant``'s charge to the work actually done; ``completed``,
+        ``held_seconds``, ``cost`` and ``prefill`` go to the meter (:meth:`ServiceMeter.served`)."""
         self.in_flight[cls] = max(0, self.in_flight.get(cls, 0) - 1)
         holding = self.holding.get(cls)
         if holding and tenant in holding:
@@ -203,15 +175,7 @@ class Ledger(Generic[T]):
                 self.counters.get(cls, {}), tenant=tenant, amount=correction, share=share
             )
         self._leave(cls, tenant)
-        if completed:
-            self.completions += 1
-            if held_seconds is not None and held_seconds > 0:
-                self.hold_seconds = _average(self.hold_seconds, held_seconds, HOLD_WEIGHT)
-            if cost is not None and cost > 0:
-                # the same weight as the hold time: the two make one average request
-                self.mean_cost = _average(self.mean_cost, cost, HOLD_WEIGHT)
-        if prefill is not None and prefill >= 0:
-            self.prefill = _average(self.prefill, prefill, SAMPLE_WEIGHT)
+        self.served(completed=completed, held_seconds=held_seconds, cost=cost, prefill=prefill)
 
     def enqueue(
         self,
@@ -293,14 +257,8 @@ class Ledger(Generic[T]):
             queued_work[tenant] = max(0.0, queued_work[tenant] - entry.work)
             queued_cost[tenant] = max(0.0, queued_cost[tenant] - entry.cost)
         lines = self._lines[cls]
-        line = lines[tenant]
-        if line[0].ticket == ticket:
-            items = self._items
-            line.popleft()
-            while line and line[0].ticket not in items:  # those left from the middle earlier
-                line.popleft()
-            if not line:
-                del lines[tenant]
+        if lines[tenant][0].ticket == ticket:
+            _pop_front(lines, tenant, self._items)
         return item
 
     def _see(self, cls: str, tenant: str, share: float, now: float) -> None:
@@ -348,19 +306,15 @@ class Ledger(Generic[T]):
         assert head is not None  # fronts is not empty
         self.heads[cls] = head
 
-    def measure(self, seconds: float) -> None:
-        """Fold the completions of the last ``seconds`` into the service rate."""
-        self.service_rate = ewma_rate(self.service_rate, self.completions, seconds)
-        self.completions = 0
 
-    def measure_at(self, now: float, *, every: float = RATE_WINDOW) -> None:
-        """Measure the rate over the time since the last measurement, once ``every`` passed."""
-        if now - self.rate_at >= every:
-            self.measure(now - self.rate_at)
-            self.rate_at = now
-
-
-def _average(previous: float, sample: float, weight: float) -> float:
-    """An exponentially weighted average of samples; the first sample (``previous`` ≤ 0, none
-    yet) starts it."""
-    return sample if previous <= 0 else previous + weight * (sample - previous)
+def _pop_front(
+    lines: dict[str, collections.deque[Waiting]], tenant: str, live: dict[int, Any]
+) -> None:
+    """Drop the front of ``tenant``'s line, then the waiters behind it that left from the middle
+    earlier (no longer ``live``); a line left empty goes."""
+    line = lines[tenant]
+    line.popleft()
+    while line and line[0].ticket not in live:
+        line.popleft()
+    if not line:
+        del lines[tenant]

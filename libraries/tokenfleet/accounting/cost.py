@@ -1,11 +1,11 @@
 """What a pool's GPU-hours cost each tenant: the allocation rule behind ``tokenfleet usage --cost``
 (pure).
 
-It lives beside the API types because it is part of what ``InferencePool.spec.cost`` *means*, and
-every runtime that reads the field must agree on it: the CLI reports with it, the operator writes
-``Tenant.status.usage.cost`` with it, and the gateway prices currency budgets with it. The
-gateway must not import the fleet tools and the operator must not import the gateway, so the one
-place all three may share is ``tokenfleet.api``.
+It is part of what ``InferencePool.spec.cost`` *means*, and every runtime that reads the field
+must agree on it: the CLI reports with it, the operator writes ``Tenant.status.usage.cost`` with
+it, and the gateway prices currency budgets with it. The gateway must not import the fleet tools
+and the operator must not import the gateway, so it lives on the floor all three stand on,
+:mod:`tokenfleet.accounting`, just over the API types it gives meaning to.
 
 The rule, per pool and report window:
 
