@@ -69,10 +69,8 @@ class QueueBook(ServiceMeter, Generic[T]):
         """Class → tenant → (its last arrival, its share), for :func:`fairness.headroom`."""
         self.counters: dict[str, dict[str, float]] = {}
         """Class → tenant → virtual token counter (:mod:`~tokenfleet.gateway.policy.fairness`)."""
-        self.waiting_work: dict[str, dict[str, float]] = {}
-        """Class → tenant → counter units its waiters will be charged (admission's fair order)."""
-        self.waiting_cost: dict[str, dict[str, float]] = {}
-        """Class → tenant → token work of its waiters (admission's work ahead)."""
+        self.waiting_work: dict[str, dict[str, float]] = {}  # class → tenant → counter units
+        self.waiting_cost: dict[str, dict[str, float]] = {}  # … and token work, of its waiters
         self.queued_cost: dict[str, float] = dict.fromkeys(names, 0.0)
         """Class → token work waiting."""
         self._lines: dict[str, dict[str, collections.deque[Waiting]]] = {}
@@ -140,8 +138,7 @@ class QueueBook(ServiceMeter, Generic[T]):
 
     def _run(self, cls: str, *, tenant: str, share: float, work: float) -> None:
         self.in_flight[cls] = self.in_flight.get(cls, 0) + 1
-        holding = self.holding.setdefault(cls, {})
-        holding[tenant] = holding.get(tenant, 0) + 1
+        _count(self.holding.setdefault(cls, {}), tenant, 1)
         if work:
             self.counters[cls] = fairness.charge(
                 self.counters.get(cls, {}), tenant=tenant, amount=work, share=share
@@ -167,9 +164,7 @@ class QueueBook(ServiceMeter, Generic[T]):
         self.in_flight[cls] = max(0, self.in_flight.get(cls, 0) - 1)
         holding = self.holding.get(cls)
         if holding and tenant in holding:
-            holding[tenant] -= 1
-            if not holding[tenant]:
-                del holding[tenant]
+            _count(holding, tenant, -1)
         if correction:
             self.counters[cls] = fairness.charge(
                 self.counters.get(cls, {}), tenant=tenant, amount=correction, share=share
@@ -216,12 +211,9 @@ class QueueBook(ServiceMeter, Generic[T]):
         line.append(entry)
         self._items[entry.ticket] = item
         self.queued[cls] = self.queued.get(cls, 0) + 1
-        waiting = self.waiting.setdefault(cls, {})
-        waiting[tenant] = waiting.get(tenant, 0) + 1
-        queued_work = self.waiting_work.setdefault(cls, {})
-        queued_work[tenant] = queued_work.get(tenant, 0.0) + work
-        queued_cost = self.waiting_cost.setdefault(cls, {})
-        queued_cost[tenant] = queued_cost.get(tenant, 0.0) + cost
+        _count(self.waiting.setdefault(cls, {}), tenant, 1)
+        _add(self.waiting_work.setdefault(cls, {}), tenant, work)
+        _add(self.waiting_cost.setdefault(cls, {}), tenant, cost)
         self._choose(cls)
         return entry
 
@@ -245,17 +237,9 @@ class QueueBook(ServiceMeter, Generic[T]):
         self.queued_cost[cls] = (
             max(0.0, self.queued_cost[cls] - entry.cost) if self.queued[cls] else 0.0
         )
-        waiting = self.waiting[cls]
-        waiting[tenant] -= 1
-        queued_work = self.waiting_work[cls]
-        queued_cost = self.waiting_cost[cls]
-        if not waiting[tenant]:
-            del waiting[tenant]
-            del queued_work[tenant]  # exactly gone, not a float remainder
-            del queued_cost[tenant]
-        else:
-            queued_work[tenant] = max(0.0, queued_work[tenant] - entry.work)
-            queued_cost[tenant] = max(0.0, queued_cost[tenant] - entry.cost)
+        gone = _count(self.waiting[cls], tenant, -1)
+        _add(self.waiting_work[cls], tenant, -entry.work, gone=gone)
+        _add(self.waiting_cost[cls], tenant, -entry.cost, gone=gone)
         lines = self._lines[cls]
         if lines[tenant][0].ticket == ticket:
             _pop_front(lines, tenant, self._items)
@@ -318,3 +302,22 @@ def _pop_front(
         line.popleft()
     if not line:
         del lines[tenant]
+
+
+def _add(sums: dict[str, float], tenant: str, amount: float, *, gone: bool = False) -> None:
+    """``tenant``'s waiting sum moves by ``amount``; never below zero from float sums, and
+    exactly gone (no remainder) once it has nobody waiting."""
+    if gone:
+        sums.pop(tenant, None)
+    else:
+        sums[tenant] = max(0.0, sums.get(tenant, 0.0) + amount)
+
+
+def _count(counts: dict[str, int], tenant: str, step: int) -> bool:
+    """``tenant``'s count moves by ``step``; at zero it goes (True)."""
+    n = counts.get(tenant, 0) + step
+    if n:
+        counts[tenant] = n
+        return False
+    counts.pop(tenant, None)
+    return True
