@@ -238,7 +238,7 @@ def two_operators(real: Cluster, ns: str, tmp_path: Path) -> Iterator[str]:
         "--set-string", f"image.repository={repository},image.tag={tag}",
         "--set-string", f"kubernetesService.port={real.info['ports']['apiserver']}",
         "--set-string", "operator.prometheusUrl=",
-        "--set", f"operator.replicas=2,operator.watchNamespaces={{{ns}}}",
+        "--set", f"operator.replicas=2,watchNamespaces={{{ns}}}",
         # Both replicas share the node's network: neither binds a port (liveness is kopf's HTTP
         # endpoint, so it goes too); what is under test is the Lease.
         "--set", "operator.healthPort=0,operator.metricsPort=0",
