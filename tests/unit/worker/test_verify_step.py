@@ -88,7 +88,7 @@ def _as_the_api_shows_it(pod: dict[str, Any], message: str, exit_code: int) -> d
 
 
 def test_the_verify_step_records_a_pass_the_operator_reads(
-    signed: tuple[Path, str, Path], tmp_path: Path
+    signed: tuple[Path, str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model, digest, public = signed
     pod = _pod(model, digest)
@@ -108,6 +108,8 @@ def test_the_verify_step_records_a_pass_the_operator_reads(
     assert entrypoint.serve_verified(engine["args"], env=engine_env, exec_=exec_) == 0
     [(_, argv, _)] = exec_.calls
     assert argv[:3] == ["vllm", "serve", str(model)]
+    # its log's first line is the verdict it serves under (what kubectl logs -c vllm shows)
+    assert capsys.readouterr().out.splitlines()[-1] == message
     # and the operator reads the pass from the status the kubelet writes
     seen = observed.worker_pod(_as_the_api_shows_it(pod, message, 0))
     proof = attestation.attest(
@@ -146,8 +148,14 @@ def test_the_engine_serves_only_a_record_for_its_own_digest(
     pod = _pod(model, digest)
     engine = pod["spec"]["containers"][0]
     env = _env(engine, tmp_path, public)
-    other = {"digest": "sha256:" + "e" * 64, "served": str(model)}
-    Path(env[verify_step.RECORD_ENV["name"]]).write_text(json.dumps(other))
+    record = Path(env[verify_step.RECORD_ENV["name"]])
     exec_ = Recorder()
+    for spoiled in (
+        verdict.Verdict(reason=verdict.Reason.VERIFIED, digest="sha256:" + "e" * 64),
+        verdict.Verdict(reason=verdict.Reason.DIGEST_MISMATCH, digest=digest),
+    ):
+        record.write_text(json.dumps({"served": str(model), "verdict": spoiled.to_json()}))
+        assert entrypoint.serve_verified(engine["args"], env=env, exec_=exec_) == 3
+    record.write_text("{}")
     assert entrypoint.serve_verified(engine["args"], env=env, exec_=exec_) == 3
     assert exec_.calls == []

@@ -35,7 +35,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from tokenfleet.signing.verdict import Reason, Verdict
+from tokenfleet.signing.verdict import Reason, Verdict, parse
 from tokenfleet.worker import engines
 
 #: Exit codes a pod's status shows: bad configuration (operator bug or hand-made pod), an
@@ -229,26 +229,33 @@ def verify_step(*, env: Mapping[str, str], verifier: Verifier = verify_with_mode
     report(verdict, config.termination_log, passes_too=True)
     if not verdict.verified or served is None:
         return EXIT_UNVERIFIED
-    body = {"digest": verdict.digest, "served": str(served)}
+    body = {"served": str(served), "verdict": verdict.to_json()}
     Path(record).write_text(json.dumps(body, separators=(",", ":")))
     return 0
 
 
 def serve_verified(args: Sequence[str], *, env: Mapping[str, str], exec_: Exec = os.execvpe) -> int:
     """The engine container after the verify step: exec the engine on the directory the record
-    names, only when the record names the digest this container was given."""
+    names, only when the record's verdict passed for the digest this container was given; the
+    verdict it serves under is the first line of its log."""
     config = _checked(env)
     if isinstance(config, int):
         return config
     try:
         body = json.loads(Path(env[RECORD_ENV]).read_text())
-        digest, served = str(body["digest"]), Path(str(body["served"]))
+        served, recorded = Path(str(body["served"])), parse(str(body["verdict"]))
     except (OSError, ValueError, KeyError, TypeError) as error:
         print(f"tokenfleet worker: no verification record ({error}); not serving", file=sys.stderr)
         return EXIT_UNVERIFIED
-    if digest.lower() != config.digest.lower():
+    if recorded is None or not recorded.verified:
         print(
-            f"tokenfleet worker: the record verified {digest}, not {config.digest}; not serving",
+            "tokenfleet worker: the record holds no passing verdict; not serving", file=sys.stderr
+        )
+        return EXIT_UNVERIFIED
+    if recorded.digest.lower() != config.digest.lower():
+        print(
+            f"tokenfleet worker: the record verified {recorded.digest}, not {config.digest}; "
+            "not serving",
             file=sys.stderr,
         )
         return EXIT_UNVERIFIED
@@ -259,6 +266,7 @@ def serve_verified(args: Sequence[str], *, env: Mapping[str, str], exec_: Exec =
     except ValueError as error:
         print(f"tokenfleet worker: {error}", file=sys.stderr)
         return EXIT_CONFIG
+    print(recorded.to_json(), flush=True)
     exec_(argv[0], argv, serving_env(env))
     return 0  # only reached when exec_ is a test double
 
