@@ -101,14 +101,14 @@ def test_gpu_revision_names_are_unchanged(engine: dict[str, Any], revision: str)
 @pytest.mark.parametrize(
     ("engine", "pool", "expected"),
     [
-        pytest.param({}, {}, "e2dce8211ae83a67", id="defaults"),
-        pytest.param({}, H100, "b24786e96bee7a8c", id="defaults-on-h100"),
-        pytest.param(EVERY_SETTING, {}, "6bf7066e0204db90", id="every-setting"),
-        pytest.param(EVERY_SETTING, H100, "83bd0b1b1038a068", id="every-setting-on-h100"),
+        pytest.param({}, {}, "281949009b5c1f51", id="defaults"),
+        pytest.param({}, H100, "1b2b075243710833", id="defaults-on-h100"),
+        pytest.param(EVERY_SETTING, {}, "02e20c2ea9932cc5", id="every-setting"),
+        pytest.param(EVERY_SETTING, H100, "4a35f4988e66ea2e", id="every-setting-on-h100"),
         pytest.param(
             {"image": "ghcr.io/tokenfleet/worker:vllm-v0.33.0"},
             {},
-            "e2dce8211ae83a67",
+            "281949009b5c1f51",
             id="image-spelled",
         ),
     ],

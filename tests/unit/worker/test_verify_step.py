@@ -96,6 +96,7 @@ def test_the_verify_step_records_a_pass_the_operator_reads(
     engine = pod["spec"]["containers"][0]
     assert (init["name"], init["image"], init["args"]) == ("verify", engine["image"], ["verify"])
     assert init["terminationMessagePolicy"] == "File"  # the verdict, never a log's tail
+    assert "nvidia.com/gpu" not in str(init["resources"])  # the engine's GPUs are its own
     init_env = _env(init, tmp_path, public)
     assert entrypoint.main(init["args"], env=init_env) == 0
     message = Path(init_env["TOKENFLEET_TERMINATION_LOG"]).read_text()
@@ -159,3 +160,30 @@ def test_the_engine_serves_only_a_record_for_its_own_digest(
     record.write_text("{}")
     assert entrypoint.serve_verified(engine["args"], env=env, exec_=exec_) == 3
     assert exec_.calls == []
+
+
+def test_the_verify_step_shares_the_engines_cpu_and_memory_never_its_gpus(
+    signed: tuple[Path, str, Path],
+) -> None:
+    """A namespace's quota may demand requests of every container: the verify step carries the
+    engine's CPU and memory (the pod's total is unchanged: init containers run alone)."""
+    model, digest, _ = signed
+    spec = {**BASE["ModelDeployment"]}
+    spec["artifact"] = {"uri": model.as_uri(), "digest": digest, "trust": spec["artifact"]["trust"]}
+    spec["engine"] = {"resources": {"cpu": "8", "memory": "64Gi"}}
+    manifest = desired.worker_deployment(
+        namespace="demo",
+        pool_name="chat",
+        pool=InferencePoolSpec.model_validate(BASE["InferencePool"]),
+        model=ModelDeploymentSpec.model_validate(spec),
+        owner=desired.Owner(kind="ModelDeployment", name="m", uid="u"),
+        zone="zone-a",
+        replicas=1,
+    )
+    pod = manifest["spec"]["template"]["spec"]
+    [init] = pod["initContainers"]
+    assert init["resources"] == {
+        "requests": {"cpu": "8", "memory": "64Gi"},
+        "limits": {"memory": "64Gi"},
+    }
+    assert labels.GPU_RESOURCE in pod["containers"][0]["resources"]["limits"]

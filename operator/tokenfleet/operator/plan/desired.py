@@ -291,6 +291,7 @@ def worker_deployment(
         env=artifact_env(model) + device_env,
         mounts=[models, *trust_mounts(model)],
         security=isolation.container_security(),
+        engine_resources=resources,
     )
     container = {
         "name": "vllm",

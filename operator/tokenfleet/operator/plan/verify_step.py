@@ -12,7 +12,7 @@ only after it exited 0, and serves only the directory its record names, for its 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 #: The init container's name: the operator reads its termination message (plan.observed).
@@ -25,15 +25,27 @@ RECORD_PATH = "/models/verified.json"
 RECORD_ENV = {"name": "TOKENFLEET_VERIFIED_RECORD", "value": RECORD_PATH}
 
 
+#: Resources the verify step shares with the engine container: CPU and memory (a namespace's
+#: quota may demand them of every container); never an accelerator.
+_SHARED_RESOURCES = ("cpu", "memory")
+
+
 def container(
     *,
     image: str,
     env: Sequence[dict[str, Any]],
     mounts: Sequence[dict[str, Any]],
     security: dict[str, Any],
+    engine_resources: Mapping[str, Mapping[str, str]],
 ) -> dict[str, Any]:
     """The init container: the engine's image (it carries the verifier), the artifact's and the
-    device's environment, the models and trust mounts; no GPU, no engine key."""
+    device's environment, the models and trust mounts, the engine's CPU and memory (the pod's
+    request stays the engine's: an init container's counts only while it runs alone); no GPU,
+    no engine key."""
+    resources = {
+        kind: {k: v for k, v in amounts.items() if k in _SHARED_RESOURCES}
+        for kind, amounts in engine_resources.items()
+    }
     return {
         "name": CONTAINER,
         "image": image,
@@ -42,5 +54,6 @@ def container(
         "securityContext": security,
         # the verdict, pass or refusal, is the message; never the log's tail
         "terminationMessagePolicy": "File",
+        "resources": {kind: amounts for kind, amounts in resources.items() if amounts},
         "volumeMounts": list(mounts),
     }
