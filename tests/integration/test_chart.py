@@ -227,11 +227,16 @@ def test_rendered_manifests_are_current() -> None:
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("values", [[], ["-f", str(LOCAL)]], ids=["defaults", "local"])
+@pytest.mark.parametrize(
+    "values",
+    [[], ["-f", str(LOCAL)], ["--set", "watchNamespaces={NS}"]],
+    ids=["defaults", "local", "watched-namespaces"],
+)
 def test_helm_template_is_accepted_by_the_api_server(
     cluster: Cluster, helm: Any, ns: str, values: list[str]
 ) -> None:
     release = f"tf-{uuid.uuid4().hex[:6]}"
+    values = [v.replace("{NS}", f"{{{ns}}}") for v in values]  # the test's own namespace
     rendered = helm("template", release, str(CHART), "-n", ns, "--include-crds", *values).stdout
     docs = objects(rendered)
     kinds = {d["kind"] for d in docs}

@@ -1,7 +1,9 @@
 """The local stack verifies artifacts like the worker image does: every worker pod that declares
 an artifact (no opt-in needed) gets its simulator only when its artifact verifies against the
 public key in its trust Secret; a tampered file, a foreign key or a missing directory leaves the
-pod NotReady with no engine, and the verdict in its tokenfleet.io/verdict annotation."""
+pod NotReady with no engine. The verdict, pass or refusal, is where a kubelet keeps the verify
+init container's: its termination message in the pod's status, the record the operator reads
+(the tokenfleet.io/verdict annotation repeats it for kubectl users)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import yaml
 
 from support.cluster import Cluster, wait_for
 from tokenfleet.api import labels
+from tokenfleet.operator.plan import observed
 from tokenfleet.signing import keys, verdict, verify
 from tokenfleet.signing.verdict import Reason, Verdict
 
@@ -35,6 +38,13 @@ def deployment(
 ) -> dict[str, Any]:
     served = f"sim-{uuid.uuid4().hex[:6]}"
     pod_labels = {"app": name, labels.ROLE: labels.ROLE_WORKER}
+    image = "ghcr.io/tokenfleet/worker:vllm-v0.11.0"
+    env = [
+        {"name": "TOKENFLEET_ARTIFACT_URI", "value": model.as_uri()},
+        {"name": "TOKENFLEET_ARTIFACT_DIGEST", "value": digest},
+        {"name": "TOKENFLEET_TRUST_PUBLIC_KEY", "value": "/etc/tokenfleet/trust/public.pem"},
+    ]
+    mounts = [{"name": "trust", "mountPath": "/etc/tokenfleet/trust"}]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -48,24 +58,25 @@ def deployment(
                     "annotations": {labels.SIM_VERIFY_ARTIFACT: "true"} if opt_in else {},
                 },
                 "spec": {
+                    # as the operator renders a worker (plan.verify_step)
+                    "initContainers": [
+                        {
+                            "name": "verify",
+                            "image": image,
+                            "args": ["verify"],
+                            "env": env,
+                            "volumeMounts": mounts,
+                        }
+                    ],
                     "containers": [
                         {
                             "name": "vllm",
-                            "image": "ghcr.io/tokenfleet/worker:vllm-v0.11.0",
+                            "image": image,
                             "args": ["/models/artifact", "--served-model-name", served],
                             "ports": [{"name": "http", "containerPort": 8000}],
                             "resources": {"limits": {labels.GPU_RESOURCE: "1"}},
-                            "env": [
-                                {"name": "TOKENFLEET_ARTIFACT_URI", "value": model.as_uri()},
-                                {"name": "TOKENFLEET_ARTIFACT_DIGEST", "value": digest},
-                                {
-                                    "name": "TOKENFLEET_TRUST_PUBLIC_KEY",
-                                    "value": "/etc/tokenfleet/trust/public.pem",
-                                },
-                            ],
-                            "volumeMounts": [
-                                {"name": "trust", "mountPath": "/etc/tokenfleet/trust"}
-                            ],
+                            "env": env,
+                            "volumeMounts": mounts,
                         }
                     ],
                     "volumes": [{"name": "trust", "secret": {"secretName": secret}}],
@@ -79,9 +90,13 @@ def pod_verdict(cluster: Cluster, ns: str, app: str) -> tuple[dict[str, Any], Ve
     for pod in cluster.get("pods", "-n", ns, "-l", f"app={app}")["items"]:
         if pod["metadata"].get("deletionTimestamp"):
             continue
-        text = (pod["metadata"].get("annotations") or {}).get(labels.VERDICT)
+        text = observed.worker_pod(pod).verdict  # as the operator reads it: the status
         parsed = verdict.parse(text) if text else None
         if parsed is not None:
+            [verify_step] = pod["status"]["initContainerStatuses"]
+            exit_code = verify_step["state"]["terminated"]["exitCode"]
+            assert (exit_code == 0) is parsed.verified, verify_step
+            assert (pod["metadata"].get("annotations") or {}).get(labels.VERDICT) == text
             return pod, parsed
     return None
 

@@ -1,10 +1,11 @@
 """The operator's rendered worker pod on a real kubelet node (containerd + runc): the worker-
 simulator image fetches its artifact over the node's pod bridge, verifies it and turns Ready
-through its real exec readiness probe; a tampered artifact leaves a real pod with the verdict in
-its termination message; deletion runs the preStop hook, then SIGTERM. The chart's two operator
-pods hand the Lease over when the leader's process is SIGKILLed or frozen (within 15 s) and
-when its pod is deleted (at once). And the TokenFleet image runs both servers as non-root on a
-read-only root filesystem, stopping on SIGTERM.
+through its real exec readiness probe, the verify init container's pass in its termination
+message; a tampered artifact leaves a real pod with the refusal there, and no engine; deletion
+runs the preStop hook, then SIGTERM. The chart's two operator pods hand the Lease over when the
+leader's process is SIGKILLed or frozen (within 15 s) and when its pod is deleted (at once). And
+the TokenFleet image runs both servers as non-root on a read-only root filesystem, stopping on
+SIGTERM.
 
 Needs root (kubelet, containerd, iptables) and the images of tools/images.sh: the module fails,
 never skips, without them. Its own stack (the real node is one per machine), torn down at the
@@ -173,7 +174,11 @@ def test_verified_worker_turns_ready_through_its_real_probe(
     )  # fmt: skip
     assert answer.returncode == 0, answer.stderr
     logs = real.kubectl("-n", ns, "logs", pod["metadata"]["name"]).stdout
-    assert '"reason":"Verified"' in logs  # the verdict the entrypoint printed before exec
+    assert '"reason":"Verified"' in logs  # the verdict the engine container serves under
+    # and the record the operator reads: the verify init container's termination message
+    [verify_step] = pod["status"]["initContainerStatuses"]
+    assert verify_step["name"] == "verify" and verify_step["state"]["terminated"]["exitCode"] == 0
+    assert json.loads(verify_step["state"]["terminated"]["message"])["verified"] is True
     print(f"pod create -> Ready: {ready_seconds:.1f} s")
 
     # Graceful deletion: the preStop drain (tokenfleet.worker.drain, issue 17) polls the engine's
@@ -202,7 +207,8 @@ def test_tampered_artifact_leaves_the_verdict_in_the_termination_message(
 
     def refused() -> dict[str, Any] | None:
         pod = _pod(real, ns)
-        for status in (pod or {}).get("status", {}).get("containerStatuses", []):
+        # the verify init container's, where the worker image's verify step leaves it
+        for status in (pod or {}).get("status", {}).get("initContainerStatuses", []):
             state = status.get("lastState", {}).get("terminated") or status.get("state", {}).get(
                 "terminated"
             )
@@ -238,7 +244,7 @@ def two_operators(real: Cluster, ns: str, tmp_path: Path) -> Iterator[str]:
         "--set-string", f"image.repository={repository},image.tag={tag}",
         "--set-string", f"kubernetesService.port={real.info['ports']['apiserver']}",
         "--set-string", "operator.prometheusUrl=",
-        "--set", f"operator.replicas=2,operator.watchNamespaces={{{ns}}}",
+        "--set", f"operator.replicas=2,watchNamespaces={{{ns}}}",
         # Both replicas share the node's network: neither binds a port (liveness is kopf's HTTP
         # endpoint, so it goes too); what is under test is the Lease.
         "--set", "operator.healthPort=0,operator.metricsPort=0",

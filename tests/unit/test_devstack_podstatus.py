@@ -75,3 +75,57 @@ def test_warning_event_names_the_pod_and_its_node() -> None:
 )
 def test_cannot_listen_message(address: str, error: str, expected: str) -> None:
     assert podstatus.cannot_listen_message(address, error).startswith(expected)
+
+
+# --- the verify step's record: what a kubelet keeps of the init container `verify` ----------
+
+PASSED = '{"reason":"Verified","digest":"sha256:aa","signer":"key:sha256:bb"}'
+
+
+def worker(init: list[str]) -> dict[str, Any]:
+    body = pod()
+    body["spec"]["initContainers"] = [{"name": n, "image": "w:1"} for n in init]
+    return body
+
+
+@pytest.mark.parametrize(
+    ("verified", "exit_code", "initialized"),
+    [
+        pytest.param(True, 0, "True", id="pass"),
+        pytest.param(False, 3, "False", id="refusal"),
+    ],
+)
+def test_the_verdict_is_the_verify_init_containers_termination_message(
+    verified: bool, exit_code: int, initialized: str
+) -> None:
+    from tokenfleet.operator.plan import observed
+
+    patch = podstatus.verify_step_patch(
+        worker(["verify"]), message=PASSED, verified=verified, now=NOW
+    )
+    assert patch is not None
+    [status] = patch["initContainerStatuses"]
+    assert status["name"] == "verify" and status["image"] == "w:1"
+    assert status["state"]["terminated"]["exitCode"] == exit_code
+    assert patch["conditions"] == [
+        {"type": "Initialized", "status": initialized, "lastTransitionTime": NOW}
+        | ({} if verified else {"reason": "ContainersNotInitialized"})
+    ]
+    # what the operator reads back from the pod once the patch is applied
+    applied = {**worker(["verify"]), "status": {**pod()["status"], **patch}}
+    assert observed.worker_pod(applied).verdict == PASSED
+
+
+def test_a_pod_without_the_verify_step_gets_no_record() -> None:
+    """A hand-made worker pod has no init container to hold a verdict: nothing is invented."""
+    assert podstatus.verify_step_patch(worker([]), message=PASSED, verified=True, now=NOW) is None
+
+
+def test_other_init_containers_keep_their_status() -> None:
+    body = worker(["setup", "verify"])
+    body["status"]["initContainerStatuses"] = [{"name": "setup", "state": {"terminated": {}}}]
+    patch = podstatus.verify_step_patch(body, message=PASSED, verified=True, now=NOW)
+    assert patch is not None
+    setup, verify = patch["initContainerStatuses"]
+    assert setup == {"name": "setup", "state": {"terminated": {}}}
+    assert verify["name"] == "verify"

@@ -7,16 +7,18 @@ gone: a new verb is a decision a reviewer sees, never a side effect of a templat
 "cluster" (a ClusterRole bound cluster-wide) or the namespace of a Role's binding; names are the
 resourceNames a rule is limited to ("*": any).
 
-Known breadth, and why it stays for now (docs/security.md): the gateway's list/watch on
-Secrets and ConfigMaps is cluster-wide because it watches tenants' key Secrets and classifier
-ConfigMaps by label in every namespace (RBAC cannot grant by label); the operator's list on
-Secrets reads trust Secrets by name and key Secrets' metadata by label; its create/patch on
-Secrets writes the engine key each pool's workers serve behind.
+Two renders: the default (``watchNamespaces: []``, every namespace: ClusterRoles, because the
+gateway watches tenants' key Secrets and classifier ConfigMaps by label in every namespace and
+RBAC cannot grant by label), and ``watchNamespaces`` set, rendered here by helm (the one
+tools/build.sh builds; the test fails, never skips, without it): then every grant is a Role in
+each watched namespace, and the only cluster-wide grant left is the operator's list/watch on
+nodes (cluster-scoped) — no Secret or ConfigMap grant is cluster-wide (docs/security.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +105,10 @@ def documents() -> Iterator[dict[str, Any]]:
                 yield doc
 
 
-def granted() -> set[Grant]:
-    docs = list(documents())
+def granted(rendered: Iterable[dict[str, Any]] | None = None) -> set[Grant]:
+    """Every (account, scope, group, resource, verb, names) the documents bind: manifests/
+    unless ``rendered`` is given."""
+    docs = list(documents() if rendered is None else rendered)
     roles = {
         (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
         for d in docs
@@ -147,3 +151,81 @@ def test_no_account_holds_a_wildcard_or_escalating_verb(verb: str) -> None:
 def test_no_account_reads_secret_data_by_get_or_watch_except_the_gateway_label_watch() -> None:
     reads = {(g[0], g[4]) for g in granted() if g[3] == "secrets" and g[4] in ("get", "watch")}
     assert reads == {(GATEWAY, "watch")}
+
+
+# --- watchNamespaces: Roles in the watched namespaces, nothing on Secrets cluster-wide -------
+
+WATCHED = ("team-a", "team-b")
+RELEASE_NS = "tokenfleet-system"
+#: Cluster-scoped, so cluster-wide whatever is watched.
+CLUSTER_SCOPED = {"nodes"}
+
+
+def namespaced_ledger() -> dict[Grant, str]:
+    """LEDGER as it reads with ``watchNamespaces`` set: each cluster-wide grant of a
+    namespaced resource becomes one per watched namespace, for the same reason; plus the
+    operator's list of Secrets in the release namespace (remotes' key Secrets by name) when
+    that namespace is not watched."""
+    out: dict[Grant, str] = {}
+    for (account, scope, group, resource, verb, names), reason in LEDGER.items():
+        if scope != "cluster" or resource in CLUSTER_SCOPED:
+            out[(account, scope, group, resource, verb, names)] = reason
+            continue
+        for ns in WATCHED:
+            out[(account, ns, group, resource, verb, names)] = reason
+    remote = (OPERATOR, RELEASE_NS, "", "secrets", "list", "*")
+    out[remote] = "remotes' key Secrets by name (RemotesReady), the release namespace only"
+    return out
+
+
+def render_watching(*namespaces: str, home: Path) -> list[dict[str, Any]]:
+    from support.cluster import BIN_DIR
+
+    binary = BIN_DIR / "helm"
+    assert binary.exists(), f"{binary} is missing: run tools/build.sh (make test does)"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+        "KUBECONFIG": str(home / "no-cluster"),  # nothing here may reach a cluster
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+    argv = [str(binary), "template", "tokenfleet", str(REPO / "charts" / "tokenfleet")]
+    argv += ["-n", RELEASE_NS, "--set", f"watchNamespaces={{{','.join(namespaces)}}}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if isinstance(d, dict) and d.get("kind")]
+
+
+def test_watched_namespaces_leave_no_cluster_wide_secret_or_configmap_grant(
+    tmp_path: Path,
+) -> None:
+    grants = granted(render_watching(*WATCHED, home=tmp_path))
+    cluster_wide = sorted(g for g in grants if g[1] == "cluster")
+    assert {g[3] for g in cluster_wide} == CLUSTER_SCOPED, cluster_wide
+    assert not [g for g in cluster_wide if g[3] in ("secrets", "configmaps")]
+    expected = namespaced_ledger()
+    assert sorted(grants - set(expected)) == [], "grants without a reason"
+    assert sorted(set(expected) - grants) == [], "reasons whose grant is gone"
+
+
+def test_watched_namespaces_narrow_both_watches(tmp_path: Path) -> None:
+    """The accounts' Roles are only worth something if the processes stay inside them: both
+    get one --namespace per watched namespace (tests/unit/gateway/test_discovery_namespaces.py
+    and the operator's key-Secret list follow it)."""
+    docs = render_watching(*WATCHED, home=tmp_path)
+    for name in ("tokenfleet-gateway", "tokenfleet-operator"):
+        deployment = next(
+            d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name
+        )
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert [a for a in args if a.startswith("--namespace")] == [
+            f"--namespace={ns}" for ns in WATCHED
+        ], name
+
+
+def test_the_release_namespace_watched_needs_no_extra_role(tmp_path: Path) -> None:
+    grants = granted(render_watching(RELEASE_NS, home=tmp_path))
+    assert (OPERATOR, RELEASE_NS, "", "secrets", "list", "*") in grants
+    assert not [g for g in grants if g[1] == "cluster" and g[3] not in CLUSTER_SCOPED]

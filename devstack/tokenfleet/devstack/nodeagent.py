@@ -10,10 +10,12 @@ and the error, and a Warning Event, and is retried with the same back-off. Other
 simulated nodes are marked Ready at once, as kwok would.
 
 Every worker pod that declares an artifact (as every ModelDeployment's do) first has it
-verified exactly as the worker image's entrypoint would (tokenfleet.signing, with the trust
+verified exactly as the worker image's verify step would (tokenfleet.signing, with the trust
 Secret read from the API where a kubelet would mount it): no opt-in. The verdict, pass or not,
-goes into the pod's ``tokenfleet.io/verdict`` annotation; a refused pod stays NotReady with the
-verdict's reason and gets no simulator, as its engine would never start.
+goes where a kubelet keeps the verify init container's: its termination message in the pod's
+status (the record the operator reads), and, for kubectl users, the ``tokenfleet.io/verdict``
+annotation; a refused pod stays NotReady with the verdict's reason and gets no simulator, as
+its engine would never start.
 
 A worker pod with an ``adapter-loader`` container also gets that sidecar as a process beside
 its simulator, on ``podIP:8002`` (tokenfleet.devstack.adapterloaders): stopped with the
@@ -275,19 +277,31 @@ class NodeAgent:
         verdict = await self._run_verification(pod, check)
         self._verdicts[uid] = verdict
         log.info("artifact of %s: %s %s", _pod_path(pod), verdict.reason, verdict.message)
+        await self._record(pod, verdict)
+        if not verdict.verified:
+            await self._set_ready(pod, ready=False, reason=str(verdict.reason))
+        self._wake.set()
+
+    async def _record(self, pod: Obj, verdict: Verdict) -> None:
+        """Where a kubelet keeps the verify init container's verdict (the status the operator
+        reads), and, for kubectl users, the tokenfleet.io/verdict annotation (never read by
+        the operator: anyone who may patch the pod may write it)."""
+        text = verdict.to_json()
+        status = podstatus.verify_step_patch(
+            pod, message=text, verified=verdict.verified, now=_now()
+        )
         try:
+            if status is not None:
+                await self._api.patch_status(_pod_path(pod), status)
             await self._api.call(
                 "PATCH",
                 _pod_path(pod),
-                body={"metadata": {"annotations": {labels.VERDICT: verdict.to_json()}}},
+                body={"metadata": {"annotations": {labels.VERDICT: text}}},
                 content_type="application/merge-patch+json",
             )
         except ApiError as exc:
             if exc.status != 404:
-                log.warning("cannot annotate %s with its verdict: %s", _pod_path(pod), exc)
-        if not verdict.verified:
-            await self._set_ready(pod, ready=False, reason=str(verdict.reason))
-        self._wake.set()
+                log.warning("cannot record the verdict of %s: %s", _pod_path(pod), exc)
 
     async def _run_verification(self, pod: Obj, check: simulated.ArtifactCheck) -> Verdict:
         uid = pod["metadata"]["uid"]

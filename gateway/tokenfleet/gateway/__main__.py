@@ -107,12 +107,21 @@ def _parser() -> argparse.ArgumentParser:
         help="hold requests this long when no replica is ready, then 503",
     )
     p.add_argument("--seed", type=int, default=None, help="routing random seed (replays)")
+    p.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        help="watch only this namespace (repeatable); default: the whole cluster",
+    )
     return p
 
 
-def serve(settings: Settings, source: StaticConfig | Configuration) -> None:
+def serve(
+    settings: Settings, source: StaticConfig | Configuration, *, namespaces: tuple[str, ...] = ()
+) -> None:
     """One worker process: the app on a SO_REUSEPORT socket until SIGTERM, then drain.
-    ``source``: a static catalog, or the Kubernetes connection to watch."""
+    ``source``: a static catalog, or the Kubernetes connection to watch (in ``namespaces``
+    only, when any)."""
     import uvloop
     from aiohttp import web
 
@@ -124,7 +133,7 @@ def serve(settings: Settings, source: StaticConfig | Configuration) -> None:
     application.cleanup_ctx.append(
         discovery.static_source(source)
         if isinstance(source, StaticConfig)
-        else discovery.kubernetes_source(source)
+        else discovery.kubernetes_source(source, namespaces=namespaces)
     )
 
     async def draining(app: web.Application) -> None:
@@ -209,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
             "so replicas will not share prefix-cache entries across restarts"
         )
         settings = dataclasses.replace(settings, salt_secret=os.urandom(32))
+    namespaces = tuple(dict.fromkeys(args.namespace))
     if args.workers <= 1:
-        serve(settings, source)
+        serve(settings, source, namespaces=namespaces)
         return 0
     os.environ.setdefault(
         "PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="tf-gateway-metrics-")
@@ -219,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.workers):
         pid = os.fork()
         if pid == 0:
-            serve(settings, source)
+            serve(settings, source, namespaces=namespaces)
             os._exit(0)
         children.append(pid)
 

@@ -6,6 +6,10 @@ ConfigMaps (only those labelled tokenfleet.io/route-classifier=true) and worker 
 EndpointSlices, because it wants their pool, revision and zone labels, their readiness and
 their adapter-loader port. After every change it rebuilds
 the catalog and swaps it whole. It is ready once every collection has been listed.
+
+With namespaces to watch (``--namespace``, the chart's ``watchNamespaces``) every collection is
+watched in each of them, never cluster-wide, so the gateway's account needs only a Role in each
+(the chart renders no ClusterRole then); otherwise one cluster-wide watch per collection.
 """
 
 from __future__ import annotations
@@ -50,22 +54,46 @@ REBUILD_DELAY_SECONDS = 0.05
 REBUILD_COST_FACTOR = 2.0
 
 
+def watched_paths(path: str, namespaces: tuple[str, ...]) -> list[str]:
+    """The collection's path cluster-wide (no namespaces), or its path in each namespace:
+    ``/api/v1/secrets`` → ``/api/v1/namespaces/<ns>/secrets``."""
+    if not namespaces:
+        return [path]
+    prefix, _, resource = path.rpartition("/")
+    return [f"{prefix}/namespaces/{ns}/{resource}" for ns in namespaces]
+
+
 def rebuild_delay(last_build_seconds: float) -> float:
     """Seconds to gather watch events before the next rebuild."""
     return max(REBUILD_DELAY_SECONDS, REBUILD_COST_FACTOR * last_build_seconds)
 
 
 class KubernetesSource:
-    def __init__(self, api: KubeApi, swap: Callable[[catalog.Catalog], None]) -> None:
-        """``swap``: installs a rebuilt catalog whole (the app's)."""
+    def __init__(
+        self,
+        api: KubeApi,
+        swap: Callable[[catalog.Catalog], None],
+        *,
+        namespaces: tuple[str, ...] = (),
+    ) -> None:
+        """``swap``: installs a rebuilt catalog whole (the app's); ``namespaces``: watch only
+        these (empty: the whole cluster)."""
         self._api = api
         self._swap = swap
+        self._watched = {
+            name: watched_paths(path, namespaces) for name, (path, _) in COLLECTIONS.items()
+        }
         self._objects: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in COLLECTIONS}
         self._synced: set[str] = set()
+        self._listed: set[tuple[str, str]] = set()  # (collection, path) listed at least once
         self._dirty = asyncio.Event()
 
     async def run(self) -> None:
-        watches = [asyncio.create_task(self._watch(name)) for name in COLLECTIONS]
+        watches = [
+            asyncio.create_task(self._watch(name, path))
+            for name, paths in self._watched.items()
+            for path in paths
+        ]
         took = 0.0
         try:
             while True:
@@ -82,11 +110,15 @@ class KubernetesSource:
             for task in watches:
                 task.cancel()
 
-    async def _watch(self, name: str) -> None:
-        path, selector = COLLECTIONS[name]
+    async def _watch(self, name: str, path: str) -> None:
+        """One collection in one place (objects are keyed by uid, unique across namespaces);
+        the collection is synced once each of its paths has been listed."""
+        _, selector = COLLECTIONS[name]
         async for kind, obj in self._api.list_watch(path, selector=selector):
             if kind == "SYNCED":
-                self._synced.add(name)
+                self._listed.add((name, path))
+                if all((name, p) in self._listed for p in self._watched[name]):
+                    self._synced.add(name)
             elif kind == "DELETED":
                 self._objects[name].pop(obj["metadata"]["uid"], None)
             else:
@@ -104,13 +136,16 @@ def static_source(config: StaticConfig) -> Any:
     return load
 
 
-def kubernetes_source(configuration: kubernetes.client.Configuration) -> Any:
-    """A cleanup context that runs the Kubernetes watches for the app's lifetime."""
+def kubernetes_source(
+    configuration: kubernetes.client.Configuration, *, namespaces: tuple[str, ...] = ()
+) -> Any:
+    """A cleanup context that runs the Kubernetes watches for the app's lifetime, in
+    ``namespaces`` only when any are given."""
 
     async def watch(app: web.Application) -> AsyncIterator[None]:
         session = aiohttp.ClientSession()
         api = KubeApi(configuration=configuration, session=session)
-        source = KubernetesSource(api, app[STATE].swap)
+        source = KubernetesSource(api, app[STATE].swap, namespaces=namespaces)
         task = asyncio.create_task(source.run())
         yield
         task.cancel()

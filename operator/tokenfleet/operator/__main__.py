@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         liveness_endpoint=args.liveness or None,
-        memo=kopf.Memo(election=election, stop_flag=stop),
+        memo=kopf.Memo(
+            election=election, stop_flag=stop, namespaces=tuple(dict.fromkeys(args.namespace))
+        ),
         stop_flag=stop,
     )
     # Lost the Lease: exit non-zero so the pod restarts as a standby with fresh state.

@@ -67,11 +67,16 @@ def _path(api_version: str, kind: str, namespace: str, name: str = "") -> str:
 class Kube:
     """Synchronous calls (run them in a thread from async code)."""
 
-    def __init__(self, client: kubernetes.client.ApiClient) -> None:
+    def __init__(
+        self, client: kubernetes.client.ApiClient, *, namespaces: tuple[str, ...] = ()
+    ) -> None:
+        """``namespaces``: the ones the operator watches (``--namespace``); its lists stay in
+        them, so the chart can grant Roles there instead of a ClusterRole. Empty: the cluster."""
         self._client = client
+        self._namespaces = namespaces
 
     @classmethod
-    def connect(cls) -> Kube:
+    def connect(cls, *, namespaces: tuple[str, ...] = ()) -> Kube:
         """In-cluster credentials when in a pod, else the kubeconfig ($KUBECONFIG)."""
         try:
             kubernetes.config.load_incluster_config()
@@ -81,7 +86,7 @@ class Kube:
         if not client.configuration.verify_ssl:  # the kubeconfig asked for it; say so once
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
             logging.getLogger(__name__).warning("TLS verification is off, as the kubeconfig says")
-        return cls(client)
+        return cls(client, namespaces=namespaces)
 
     def _call(
         self,
@@ -140,20 +145,29 @@ class Kube:
     def key_secret_metadata(self) -> list[dict[str, Any]]:
         """The metadata (never the data) of every Secret labelled as holding API key hashes.
 
-        One label-selected list per pass, asked for as PartialObjectMetadataList, so the key
-        hashes never reach the operator. RBAC cannot enforce either limit (a ``list`` grant on
-        secrets would return their data to a client that asked for it, and rules cannot name a
-        label), so the limit is this call's, stated in the chart's ClusterRole.
+        One label-selected list per pass (per watched namespace when the operator watches
+        some), asked for as PartialObjectMetadataList, so the key hashes never reach the
+        operator. RBAC cannot enforce either limit (a ``list`` grant on secrets would return
+        their data to a client that asked for it, and rules cannot name a label), so the limit
+        is this call's, stated in the chart's grant.
         """
-        reply = self._send(  # a read: no retry loop needed, the next pass asks again
-            "GET",
-            "/api/v1/secrets",
-            body=None,
-            content_type="application/json",
-            query=[("labelSelector", f"{labels.API_KEY_SECRET}=true")],
-            accept=METADATA_LIST,
+        paths = (
+            [f"/api/v1/namespaces/{ns}/secrets" for ns in self._namespaces]
+            if self._namespaces
+            else ["/api/v1/secrets"]
         )
-        return [item.get("metadata") or {} for item in (reply or {}).get("items") or []]
+        found: list[dict[str, Any]] = []
+        for path in paths:
+            reply = self._send(  # a read: no retry loop needed, the next pass asks again
+                "GET",
+                path,
+                body=None,
+                content_type="application/json",
+                query=[("labelSelector", f"{labels.API_KEY_SECRET}=true")],
+                accept=METADATA_LIST,
+            )
+            found += [item.get("metadata") or {} for item in (reply or {}).get("items") or []]
+        return found
 
     def trust_key(self, namespace: str, name: str, key: str) -> bytes | None:
         """One key of the Secret a ModelDeployment names as its artifact's or its adapters'

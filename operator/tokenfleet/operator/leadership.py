@@ -313,7 +313,7 @@ class NotLeader(RuntimeError):
     """A write was attempted while this replica does not lead (refused before it is sent)."""
 
 
-def fenced_kube(election: Election) -> Kube:
+def fenced_kube(election: Election, *, namespaces: tuple[str, ...] = ()) -> Kube:
     """The operator's Kubernetes client, refusing every write unless ``election`` is acting:
     the last guard between a replica that just lost its Lease and the API server."""
 
@@ -331,4 +331,4 @@ def fenced_kube(election: Election) -> Kube:
                 raise NotLeader(f"{method} {path}: not the leader")
             return super()._once(method, path, body=body, content_type=content_type, query=query)
 
-    return FencedKube.connect()
+    return FencedKube.connect(namespaces=namespaces)

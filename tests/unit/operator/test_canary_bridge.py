@@ -104,7 +104,7 @@ def worker(
     [
         pytest.param([], None, id="no-pods"),
         pytest.param([worker()], None, id="starting"),
-        pytest.param([worker(ready=True)], Outcome.VERIFIED, id="ready-means-verified"),
+        pytest.param([worker(ready=True)], None, id="ready-without-a-verdict-is-no-pass"),
         pytest.param([worker(verdict_text=OK)], Outcome.VERIFIED, id="verified-verdict"),
         pytest.param([worker(verdict_text=REFUSED)], Outcome.VERIFICATION_FAILED, id="refused"),
         pytest.param(
@@ -134,17 +134,54 @@ def test_the_most_frequent_refusal_is_reported() -> None:
     assert seen is not None and seen.detail == "DigestMismatch"
 
 
-def _pod(annotations: dict[str, str], statuses: list[dict[str, object]]) -> dict[str, object]:
+def _pod(
+    annotations: dict[str, str],
+    statuses: list[dict[str, object]],
+    init: list[dict[str, object]] | None = None,
+) -> dict[str, object]:
     return {
         "metadata": {"name": "p", "annotations": annotations, "labels": {labels.REVISION: "rev-b"}},
-        "status": {"containerStatuses": statuses},
+        "status": {"containerStatuses": statuses, "initContainerStatuses": init or []},
     }
+
+
+def _verify(state: dict[str, object], last: dict[str, object] | None = None) -> dict[str, object]:
+    """The verify init container's status, as the kubelet writes it."""
+    return {"name": "verify", "state": state, **({"lastState": last} if last else {})}
 
 
 @pytest.mark.parametrize(
     ("obj", "expected"),
     [
-        pytest.param(_pod({labels.VERDICT: REFUSED}, []), REFUSED, id="annotation"),
+        # anyone who may patch the pod may write an annotation: never a verdict
+        pytest.param(_pod({labels.VERDICT: OK}, []), "", id="an-annotation-is-not-a-verdict"),
+        pytest.param(
+            _pod({}, [], [_verify({"terminated": {"exitCode": 0, "message": OK}})]),
+            OK,
+            id="the-verify-step-passed",
+        ),
+        pytest.param(
+            _pod(
+                {},
+                [],
+                [
+                    _verify(
+                        {"waiting": {"reason": "CrashLoopBackOff"}},
+                        {"terminated": {"exitCode": 3, "message": REFUSED}},
+                    )
+                ],
+            ),
+            REFUSED,
+            id="the-verify-step-refused-and-retries",
+        ),
+        pytest.param(
+            _pod(
+                {},
+                [{"name": "vllm", "state": {"terminated": {"exitCode": 0, "message": OK}}}],
+            ),
+            "",
+            id="a-pass-in-the-engine-containers-message-is-not-read",
+        ),
         pytest.param(
             _pod(
                 {},

@@ -12,7 +12,11 @@ the operator rolls every GPU worker once (maxSurge 1, drained: no stream is cut)
 names are unchanged. And the worker hardening (issue #35, 2026-12-07): a non-root user, no
 capabilities, no service-account token, and a probe that sends the engine key — one more
 rolling restart of every worker on upgrade, revision names again unchanged (the pins below
-render without the key; with the chart's key the template also gains VLLM_API_KEY).
+render without the key; with the chart's key the template also gains VLLM_API_KEY). And the
+verify step as an init container (issue #35, 2026-12-07): its termination message is the
+verdict the operator reports `Verified` from, so every worker template gains the init container
+`verify` and the engine the record's path — one more rolling restart on upgrade, revision names
+unchanged.
 
 Matrix: engine settings (defaults, every typed setting with LoRA adapters and resources, the
 default image spelled out) × pools (defaults; a product, two GPUs, selectors, tolerations and a
@@ -97,14 +101,14 @@ def test_gpu_revision_names_are_unchanged(engine: dict[str, Any], revision: str)
 @pytest.mark.parametrize(
     ("engine", "pool", "expected"),
     [
-        pytest.param({}, {}, "6243dcfde20c2ed1", id="defaults"),
-        pytest.param({}, H100, "8eefc117887bf959", id="defaults-on-h100"),
-        pytest.param(EVERY_SETTING, {}, "75e42ccd9fdb9948", id="every-setting"),
-        pytest.param(EVERY_SETTING, H100, "18f5fcd0a67b354d", id="every-setting-on-h100"),
+        pytest.param({}, {}, "281949009b5c1f51", id="defaults"),
+        pytest.param({}, H100, "1b2b075243710833", id="defaults-on-h100"),
+        pytest.param(EVERY_SETTING, {}, "02e20c2ea9932cc5", id="every-setting"),
+        pytest.param(EVERY_SETTING, H100, "4a35f4988e66ea2e", id="every-setting-on-h100"),
         pytest.param(
             {"image": "ghcr.io/tokenfleet/worker:vllm-v0.33.0"},
             {},
-            "6243dcfde20c2ed1",
+            "281949009b5c1f51",
             id="image-spelled",
         ),
     ],

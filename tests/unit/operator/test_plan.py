@@ -5,6 +5,7 @@ the CRD stores and reads back as planned."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
 
@@ -17,6 +18,7 @@ from tokenfleet.api.pool import AutoscalingStatus, InferencePoolSpec, InferenceP
 from tokenfleet.operator.plan import canary, desired, model_status, observed, pools
 from tokenfleet.operator.policy import rollout, scaling, signal_health
 from tokenfleet.signals import jobs
+from tokenfleet.signing.verdict import Reason, Verdict
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
 ZONES = ("zone-a", "zone-b", "zone-c")
@@ -530,7 +532,9 @@ def test_the_pool_status_written_has_the_shape_the_crd_stores() -> None:
 
 
 def test_the_model_status_written_has_the_shape_the_crd_stores() -> None:
-    status, _ = model_status.plan_model(model_inputs(pods=pods({"zone-a": 1})))
+    passed = Verdict(reason=Reason.VERIFIED, digest=MODEL.artifact.digest, signer="key:x")
+    verified = [dataclasses.replace(p, verdict=passed.to_json()) for p in pods({"zone-a": 1})]
+    status, _ = model_status.plan_model(model_inputs(pods=verified))
     wire = status.to_wire()
     assert set(wire) == {
         "observedGeneration",

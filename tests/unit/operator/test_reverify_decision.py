@@ -123,6 +123,12 @@ def test_the_secret_is_read_only_while_it_matters(
     assert verification.needs_trust(model, status) is expected
 
 
+def _verdict(seen: Reason, revision: str) -> str:
+    """As the verify step records it: a pass names the digest it verified."""
+    digest = {CANARY: DIGEST, STABLE: STABLE_DIGEST}.get(revision, "")
+    return Verdict(reason=seen, digest=digest).to_json()
+
+
 def worker(
     name: str,
     *,
@@ -139,7 +145,7 @@ def worker(
         ready=ready,
         terminating=terminating,
         unschedulable_since=None,
-        verdict="" if seen is None else Verdict(reason=seen).to_json(),
+        verdict="" if seen is None else _verdict(seen, revision),
         trust=trust,
     )
 
@@ -355,7 +361,7 @@ def run(
     return Pass(status=wire, events=[e.reason for e in events], recheck=recheck)
 
 
-VERIFIED = Verdict(reason=Reason.VERIFIED).to_json()
+VERIFIED = _verdict(Reason.VERIFIED, CANARY)
 STABLE_PODS = [worker(f"s{i}", revision=STABLE, seen=Reason.VERIFIED, ready=True) for i in range(3)]
 
 

@@ -52,12 +52,16 @@ def spec(digest: str = CANARY_DIGEST, **rollout_spec: Any) -> ModelDeploymentSpe
 
 STABLE = desired.revision_of(spec(STABLE_DIGEST))
 CANARY = desired.revision_of(spec())
+NEWER_DIGEST = "sha256:" + "d" * 64
+#: The digest each revision's verify step names in its passing verdict.
+DIGESTS = {desired.revision_of(spec(d)): d for d in (STABLE_DIGEST, CANARY_DIGEST, NEWER_DIGEST)}
 
 
 def worker(
     revision: str, *, ready: bool = True, seen: Reason | None = Reason.VERIFIED, n: int = 0
 ) -> observed.WorkerPod:
-    text = "" if seen is None else Verdict(reason=seen, signer=SIGNER if ready else "").to_json()
+    signer, digest = (SIGNER if ready else ""), DIGESTS.get(revision, "")
+    text = "" if seen is None else Verdict(reason=seen, signer=signer, digest=digest).to_json()
     return observed.WorkerPod(
         name=f"{revision}-{n}",
         zone=ZONES[n % 3],
@@ -284,7 +288,7 @@ def test_operator_restart_resumes_at_the_same_step() -> None:
 
 def test_a_newer_revision_supersedes_a_running_canary() -> None:
     status = canary_at_first_step()
-    newer = spec("sha256:" + "d" * 64)
+    newer = spec(NEWER_DIGEST)
     superseded = run(status, model=newer, at=2)
     assert superseded.events == ["Superseded"] and superseded.phase == "Verifying"
     assert superseded.weights == {STABLE: 100, desired.revision_of(newer): 0}
@@ -392,12 +396,12 @@ def test_spread_is_even_and_deterministic() -> None:
     ("worker_pods", "status", "reason", "words"),
     [
         pytest.param([], "False", "Verifying", "waiting for", id="no-worker-yet"),
-        pytest.param(  # a kubelet: the worker image verified before it started the engine
+        pytest.param(  # Ready is no verdict: the verify step records one on every worker
             [worker(STABLE, ready=True, seen=None)],
-            "True",
-            "Verified",
-            "1 workers Ready, and a worker starts its engine only after",
-            id="ready-without-a-verdict-verified-before-serving",
+            "False",
+            "NoVerdict",
+            "1 of 1 Ready workers",
+            id="ready-without-a-verdict-is-not-verified",
         ),
         pytest.param(
             [worker(STABLE, ready=False, seen=None)],
@@ -422,7 +426,7 @@ def test_spread_is_even_and_deterministic() -> None:
         ),
     ],
 )
-def test_verified_condition_from_a_verdict_or_a_ready_worker(
+def test_verified_condition_from_a_verdict_never_from_readiness(
     worker_pods: list[observed.WorkerPod], status: str, reason: str, words: str
 ) -> None:
     got = run({}, model=spec(STABLE_DIGEST), worker_pods=worker_pods).condition("Verified")
@@ -431,9 +435,9 @@ def test_verified_condition_from_a_verdict_or_a_ready_worker(
     assert STABLE in got["message"]
 
 
-def test_a_ready_worker_without_a_verdict_verified_but_names_no_signer() -> None:
+def test_a_ready_worker_without_a_verdict_is_not_verified() -> None:
     got = run({}, model=spec(STABLE_DIGEST), worker_pods=[worker(STABLE, seen=None)])
     entry = got.status["revisions"][0]
     assert entry["readyReplicas"] == 1
-    assert entry.get("verified") and entry.get("reason") == "Verified"
+    assert not entry.get("verified") and entry.get("reason") == "NoVerdict"
     assert not entry.get("signer")  # nothing observed names one

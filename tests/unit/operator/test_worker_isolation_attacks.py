@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import datetime
 import http.server
+import json
 import os
 import re
 import subprocess
@@ -35,6 +36,7 @@ from tokenfleet.api.deployment import ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
 from tokenfleet.operator.plan import (
     adapter_loader,
+    canary,
     desired,
     devices,
     isolation,
@@ -341,28 +343,103 @@ def test_images_outside_the_policy_are_held(image: str | None, held: bool) -> No
     assert (fit.misfit is not None and fit.misfit.reason == "ImageNotAllowed") is held
 
 
-def _pods(image: str) -> list[observed.WorkerPod]:
+DIGEST = MODEL.artifact.digest
+SIGNER = "key:sha256:" + "d" * 64
+
+
+def _verdict(**overrides: Any) -> str:
+    body = {"reason": "Verified", "digest": DIGEST, "signer": SIGNER, "message": ""}
+    return json.dumps({**body, **overrides})
+
+
+def _pod(
+    name: str = "w",
+    *,
+    image: str = "ghcr.io/tokenfleet/worker:vllm-v0.33.0",
+    verdict: str | None = None,
+    where: str = "verify",
+    ready: bool = True,
+) -> observed.WorkerPod:
+    """A worker pod as the API server shows it: the verdict, when any, as the kubelet records
+    it — the termination message of the container ``where`` (the verify init container, or the
+    engine's) — never anything the pod's author could write into metadata."""
+    terminated = {"state": {"terminated": {"exitCode": 0, "message": verdict}}}
+    statuses = [{"name": where, **terminated}] if verdict is not None else []
+    kind = "initContainerStatuses" if where == "verify" else "containerStatuses"
     pod = {
-        "metadata": {"name": "w", "labels": {labels.REVISION: REVISION, labels.ZONE: "zone-a"}},
+        "metadata": {
+            "name": name,
+            "labels": {labels.REVISION: REVISION, labels.ZONE: "zone-a"},
+            # what the local node agent writes for kubectl users: never read as a verdict
+            "annotations": {labels.VERDICT: _verdict()},
+        },
         "spec": {"containers": [{"name": "vllm", "image": image}]},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            kind: statuses,
+        },
     }
-    return [observed.worker_pod(pod)]
+    return observed.worker_pod(pod)
 
 
 @pytest.mark.parametrize(
-    ("image", "verified"),
+    ("pods", "verified", "reason"),
     [
-        pytest.param("ghcr.io/tokenfleet/worker:vllm-v0.33.0", True, id="entrypoint-image"),
-        pytest.param("vllm/vllm-openai:v0.33.0", False, id="no-entrypoint-never-verified"),
+        pytest.param([_pod(verdict=_verdict())], True, "Verified", id="verify-step-passed"),
+        pytest.param(
+            [_pod(image="vllm/vllm-openai:v0.33.0")], False, "NoVerdict", id="no-entrypoint"
+        ),
+        pytest.param([_pod()], False, "NoVerdict", id="allowed-image-ready-without-verdict"),
+        pytest.param(
+            [_pod(image="vllm/vllm-openai:v0.33.0", verdict=_verdict())],
+            False,
+            "NoVerdict",
+            id="a-verdict-under-an-image-outside-the-policy",
+        ),
+        pytest.param(
+            [_pod(verdict=_verdict(digest="sha256:" + "e" * 64))],
+            False,
+            "VerdictMismatch",
+            id="verdict-for-another-digest",
+        ),
+        pytest.param(
+            [_pod("a", verdict=_verdict()), _pod("b")],
+            False,
+            "NoVerdict",
+            id="one-of-two-without-verdict",
+        ),
+        pytest.param(
+            [_pod(verdict=_verdict(), where="vllm")],
+            False,
+            "NoVerdict",
+            id="a-pass-in-the-engine-containers-message",
+        ),
     ],
 )
-def test_verified_needs_an_image_that_verifies(image: str, verified: bool) -> None:
-    status, _ = model_status.plan_model(model_inputs(pods=_pods(image), allowed_images=ALLOWED))
+def test_verified_needs_an_image_that_verifies(
+    pods: list[observed.WorkerPod], verified: bool, reason: str
+) -> None:
+    """Ready is not a verdict: each Ready worker of the revision needs its own recorded pass
+    for the revision's digest (plan.attestation), and the condition says what is missing."""
+    status, _ = model_status.plan_model(model_inputs(pods=pods, allowed_images=ALLOWED))
     condition = next(c for c in status.conditions if c.type == "Verified")
-    assert (condition.status == "True") is verified
+    assert (condition.status, condition.reason) == ("True" if verified else "False", reason)
     entry = next(r for r in status.revisions if r.name == REVISION)
     assert entry.verified is verified
+    if verified:
+        assert SIGNER in condition.message
+    else:  # names the pods and the fix
+        assert "w" in condition.message or "b" in condition.message
+        assert "delete" in condition.message
+
+
+def test_a_ready_worker_without_a_verdict_does_not_pass_the_rollout_gate() -> None:
+    """The canary gate (plan.canary.verification) takes only a recorded pass, for the digest."""
+    assert canary.verification([_pod()], REVISION, digest=DIGEST) is None
+    foreign = _pod(verdict=_verdict(digest="sha256:" + "e" * 64))
+    assert canary.verification([foreign], REVISION, digest=DIGEST) is None
+    passed = canary.verification([_pod(verdict=_verdict())], REVISION, digest=DIGEST)
+    assert passed is not None and passed.outcome.value == "Verified"
 
 
 # --- finding 5: extraArgs cannot widen the engine's reach --------------------------------------

@@ -1,4 +1,4 @@
-"""``python -m tokenfleet.worker [vllm serve args...]``: the worker image's entrypoint."""
+"""``python -m tokenfleet.worker [verify | vllm serve args...]``: the worker image's entrypoint."""
 
 from __future__ import annotations
 
@@ -8,4 +8,4 @@ import sys
 from tokenfleet.worker import entrypoint
 
 if __name__ == "__main__":
-    sys.exit(entrypoint.run(sys.argv[1:], env=dict(os.environ)))
+    sys.exit(entrypoint.main(sys.argv[1:], env=dict(os.environ)))

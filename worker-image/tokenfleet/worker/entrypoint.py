@@ -11,6 +11,15 @@ operator reads it, and the process exits non-zero: the engine never starts.
 default, the GPU and CPU images) or ``llm-d-inference-sim`` (the worker-simulator image), which
 gets the equivalent flags (tokenfleet.worker.engines).
 
+Split in two on a worker pod (the operator renders both): the init container ``verify``
+(:func:`verify_step`, ``python -m tokenfleet.worker verify``) checks the device and verifies,
+writes its verdict to its termination message *whether it passed or not* — the one record of a
+pass the operator can read, naming the digest and the signer — and leaves the verified
+directory's path in the record file ``TOKENFLEET_VERIFIED_RECORD`` on the pod's ``/models``
+volume; the engine container then (:func:`serve_verified`) starts only on a record that names
+the digest it was given. Kubernetes starts it only after ``verify`` exited 0. Without
+``TOKENFLEET_VERIFIED_RECORD`` the entrypoint does both in one process (:func:`run`).
+
 ``TOKENFLEET_DEVICE`` (set by the image: ``cpu`` in the CPU image; absent means ``gpu``) must
 match ``TOKENFLEET_POOL_DEVICE`` (set by the operator on a CPU pool's workers; absent means
 ``gpu``): otherwise the worker refuses before it fetches anything, with a ``DeviceMismatch``
@@ -20,12 +29,13 @@ verdict in the termination message, reported exactly as a refused artifact is.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from tokenfleet.signing.verdict import Reason, Verdict
+from tokenfleet.signing.verdict import Reason, Verdict, parse
 from tokenfleet.worker import engines
 
 #: Exit codes a pod's status shows: bad configuration (operator bug or hand-made pod), an
@@ -37,6 +47,10 @@ EXIT_WRONG_DEVICE = 4
 
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 DEFAULT_MODEL_DIR = "/models/artifact"
+#: The first argument that makes the entrypoint the verify step (the init container's args).
+VERIFY_STEP = "verify"
+#: Environment: where the verify step leaves the verified directory for the engine container.
+RECORD_ENV = "TOKENFLEET_VERIFIED_RECORD"
 
 #: exec(program, argv, env): os.execvpe in production; tests inject a recorder.
 Exec = Callable[[str, list[str], dict[str, str]], None]
@@ -148,10 +162,11 @@ def verify_with_model_signing(config: Config) -> tuple[Verdict, Path | None]:
     )
 
 
-def report(verdict: Verdict, termination_log: Path) -> None:
-    """The verdict on stdout (logs) and, when it refuses, in the termination message."""
+def report(verdict: Verdict, termination_log: Path, *, passes_too: bool = False) -> None:
+    """The verdict on stdout (logs) and, when it refuses (or always, for the verify step,
+    whose container ends either way), in the termination message."""
     print(verdict.to_json(), flush=True)
-    if verdict.verified:
+    if verdict.verified and not passes_too:
         return  # leave the termination message to vLLM's own failures (FallbackToLogsOnError)
     try:
         termination_log.write_text(verdict.to_json())
@@ -168,20 +183,14 @@ def run(
 ) -> int:
     """Parse → check the device → verify → report → exec. Returns an exit code only when it
     does not exec."""
-    try:
-        config = Config.from_env(env)
-    except ValueError as error:
-        print(f"tokenfleet worker: {error}", file=sys.stderr)
-        return EXIT_CONFIG
+    config = _checked(env)
+    if isinstance(config, int):
+        return config
     try:
         render(args, placeholder=config.model_dir, served=Path(config.model_dir))
     except ValueError as error:  # refuse before spending minutes on a download
         print(f"tokenfleet worker: {error}", file=sys.stderr)
         return EXIT_CONFIG
-    mismatch = engines.device_mismatch(config.engine, image=config.device, pool=config.pool_device)
-    if mismatch:  # before the download too: no artifact makes this engine fit these nodes
-        report(Verdict(reason=Reason.DEVICE_MISMATCH, message=mismatch), config.termination_log)
-        return EXIT_WRONG_DEVICE
     verdict, served = verifier(config)
     report(verdict, config.termination_log)
     if not verdict.verified or served is None:
@@ -189,3 +198,83 @@ def run(
     argv = render(args, placeholder=config.model_dir, served=served, engine=config.engine, env=env)
     exec_(argv[0], argv, serving_env(env))
     return 0  # only reached when exec_ is a test double
+
+
+def _checked(env: Mapping[str, str]) -> Config | int:
+    """The configuration, or the exit code of a refusal decided before any download."""
+    try:
+        config = Config.from_env(env)
+    except ValueError as error:
+        print(f"tokenfleet worker: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    mismatch = engines.device_mismatch(config.engine, image=config.device, pool=config.pool_device)
+    if mismatch:  # before the download: no artifact makes this engine fit these nodes
+        verdict = Verdict(reason=Reason.DEVICE_MISMATCH, message=mismatch)
+        report(verdict, config.termination_log, passes_too=True)
+        return EXIT_WRONG_DEVICE
+    return config
+
+
+def verify_step(*, env: Mapping[str, str], verifier: Verifier = verify_with_model_signing) -> int:
+    """The init container: check the device → verify → the verdict in the termination message,
+    pass or refusal → on a pass, the record for the engine container. Exit 0 only on a pass."""
+    record = env.get(RECORD_ENV, "")
+    if not record:
+        print(f"tokenfleet worker: {RECORD_ENV} must be set for the verify step", file=sys.stderr)
+        return EXIT_CONFIG
+    config = _checked(env)
+    if isinstance(config, int):
+        return config
+    verdict, served = verifier(config)
+    report(verdict, config.termination_log, passes_too=True)
+    if not verdict.verified or served is None:
+        return EXIT_UNVERIFIED
+    body = {"served": str(served), "verdict": verdict.to_json()}
+    Path(record).write_text(json.dumps(body, separators=(",", ":")))
+    return 0
+
+
+def serve_verified(args: Sequence[str], *, env: Mapping[str, str], exec_: Exec = os.execvpe) -> int:
+    """The engine container after the verify step: exec the engine on the directory the record
+    names, only when the record's verdict passed for the digest this container was given; the
+    verdict it serves under is the first line of its log."""
+    config = _checked(env)
+    if isinstance(config, int):
+        return config
+    try:
+        body = json.loads(Path(env[RECORD_ENV]).read_text())
+        served, recorded = Path(str(body["served"])), parse(str(body["verdict"]))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print(f"tokenfleet worker: no verification record ({error}); not serving", file=sys.stderr)
+        return EXIT_UNVERIFIED
+    if recorded is None or not recorded.verified:
+        print(
+            "tokenfleet worker: the record holds no passing verdict; not serving", file=sys.stderr
+        )
+        return EXIT_UNVERIFIED
+    if recorded.digest.lower() != config.digest.lower():
+        print(
+            f"tokenfleet worker: the record verified {recorded.digest}, not {config.digest}; "
+            "not serving",
+            file=sys.stderr,
+        )
+        return EXIT_UNVERIFIED
+    try:
+        argv = render(
+            args, placeholder=config.model_dir, served=served, engine=config.engine, env=env
+        )
+    except ValueError as error:
+        print(f"tokenfleet worker: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(recorded.to_json(), flush=True)
+    exec_(argv[0], argv, serving_env(env))
+    return 0  # only reached when exec_ is a test double
+
+
+def main(args: Sequence[str], *, env: Mapping[str, str]) -> int:
+    """``verify`` → the verify step; a record to read → serve it; otherwise verify and serve."""
+    if args[:1] == [VERIFY_STEP]:
+        return verify_step(env=env)
+    if env.get(RECORD_ENV):
+        return serve_verified(args, env=env)
+    return run(args, env=env)

@@ -46,7 +46,13 @@ async def start(*, settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) ->
     # Leader election (set up by __main__): the loop runs only while this replica leads, and
     # every write is fenced by the same Lease.
     election: leadership.Election | None = memo.get("election")
-    kube = leadership.fenced_kube(election) if election else Kube.connect()
+    # The namespaces kopf watches (__main__'s --namespace): the client's own lists stay there.
+    namespaces: tuple[str, ...] = tuple(memo.get("namespaces") or ())
+    kube = (
+        leadership.fenced_kube(election, namespaces=namespaces)
+        if election
+        else Kube.connect(namespaces=namespaces)
+    )
     exporter = Exporter()
     if config.metrics_port:
         exporter.serve(config.metrics_port, config.metrics_host)

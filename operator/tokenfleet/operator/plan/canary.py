@@ -115,16 +115,15 @@ def analysed_at(status: ModelDeploymentStatus | None) -> float:
         return 0.0
 
 
-def verification(pods: Sequence[observed.WorkerPod], revision: str) -> rollout.Observation | None:
+def verification(
+    pods: Sequence[observed.WorkerPod], revision: str, *, digest: str = ""
+) -> rollout.Observation | None:
     """What the revision's pods say about its artifact; None while none has said anything.
 
     One refusal is enough to block (the files are the same for every pod; the most frequent
-    reason is reported). A pod that reported Verified passes the gate; so does a Ready pod
-    without a verdict, because the worker image execs vLLM only after a pass and prints that
-    verdict to its log alone (a real kubelet shows no message of a running container). The
-    Verified *condition* does not take readiness for a verdict (model_status), and the local
-    platform's node agent leaves a verdict on every pod that declares an artifact before it
-    starts an engine, so there a Ready pod always carries one.
+    reason is reported). A passing verdict for ``digest`` (any digest when "") passes the gate;
+    readiness alone never does: every worker's verify init container records its verdict, pass
+    or refusal (plan.verify_step), and so does the local platform's node agent.
     """
     own = [p for p in pods if p.revision == revision and not p.terminating]
     verdicts = [v for v in (verdict.parse(p.verdict) for p in own if p.verdict) if v]
@@ -132,7 +131,7 @@ def verification(pods: Sequence[observed.WorkerPod], revision: str) -> rollout.O
     if refused:
         reason = refused.most_common(1)[0][0]
         return rollout.Observation(outcome=rollout.Outcome.VERIFICATION_FAILED, detail=reason)
-    if any(p.ready for p in own) or any(v.verified for v in verdicts):
+    if any(v.verified and (not digest or v.digest.lower() == digest.lower()) for v in verdicts):
         return rollout.Observation(outcome=rollout.Outcome.VERIFIED)
     return None
 

@@ -22,7 +22,7 @@ from typing import Any
 from tokenfleet.api import base, engine_key, labels, quantity
 from tokenfleet.api.deployment import DEFAULT_IMAGES, ModelDeploymentSpec
 from tokenfleet.api.pool import InferencePoolSpec
-from tokenfleet.operator.plan import adapter_loader, cpu_workers, isolation
+from tokenfleet.operator.plan import adapter_loader, cpu_workers, isolation, verify_step
 from tokenfleet.operator.policy import revisions
 
 Manifest = dict[str, Any]
@@ -291,19 +291,28 @@ def worker_deployment(
             **(pod_annotations or {}),
             labels.ENGINE_KEY_FINGERPRINT: engine_key_fingerprint,
         }
+    models = {"name": "models", "mountPath": "/models"}
+    verifier = verify_step.container(
+        image=image,
+        env=artifact_env(model) + device_env,
+        mounts=[models, *trust_mounts(model)],
+        security=isolation.container_security(),
+        engine_resources=resources,
+    )
     container = {
         "name": "vllm",
         "image": image,
         "args": args,
         "ports": [{"name": "http", "containerPort": HTTP_PORT}],
-        "env": artifact_env(model) + device_env + key_env,
+        # serves what the verify step recorded, for this digest only (plan.verify_step)
+        "env": artifact_env(model) + device_env + [verify_step.RECORD_ENV] + key_env,
         "securityContext": isolation.container_security(),
-        # The entrypoint writes a refused verdict there; vLLM's own crashes fall back to logs.
+        # vLLM's own crashes fall back to logs (the verdict is the verify step's message).
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": resources,
         "lifecycle": {"preStop": drain_hook(pool)},
         "volumeMounts": [
-            {"name": "models", "mountPath": "/models"},
+            models,
             *trust_mounts(model),
             {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - vLLM shm,
         ],
@@ -350,6 +359,7 @@ def worker_deployment(
                     # A worker never calls the API server: no token to steal from it.
                     "automountServiceAccountToken": False,
                     "securityContext": isolation.pod_security(),
+                    "initContainers": [verifier],
                     "containers": containers,
                     "volumes": volumes,
                 },

@@ -24,6 +24,7 @@ from tokenfleet.api.deployment import (
     RolloutStatus,
 )
 from tokenfleet.operator.plan import (
+    attestation,
     canary,
     desired,
     devices,
@@ -75,8 +76,8 @@ class ModelInputs:
     #: the spec fitted to its pools (``spec`` is its fitted spec); None: not judged (no
     #: Compatible condition)
     fit: devices.Fit | None = None
-    #: the image policy (plan.devices.image_allowed): a Ready pod counts as verified only when
-    #: its image carries the verify-first entrypoint; None: every image does (unit tests)
+    #: the image policy (plan.devices.image_allowed): a Ready pod's verdict counts only under
+    #: an image of the policy; None: every image is (unit tests)
     allowed_images: Sequence[str] | None = None
 
 
@@ -131,60 +132,50 @@ def _event(decision: rollout.Decision) -> Event:
 def _revision_entry(
     inputs: ModelInputs, name: str, weights: Mapping[str, int], old: Sequence[Revision]
 ) -> Revision:
-    """One revision's line in status: what its pods' verdicts said (a termination message, the
-    local node agent's annotation: they name the signer), else a Ready worker's evidence, else
-    what was known before. A Ready worker has verified: every worker verifies before its engine
-    starts — the worker image's entrypoint on a kubelet, the node agent on the local platform —
-    and on a kubelet a pass leaves no record the operator can read (it is in the log only)."""
+    """One revision's line in status, from its pods' verdicts (plan.attestation): a refusal
+    wins; verified when every Ready worker's verdict passed for the revision's digest; not
+    verified when a Ready worker has no such verdict; before any worker is Ready, a passing
+    verdict (the engine still loading) or what was known before."""
     before = next((r for r in old if r.name == name), Revision(name=name, digest=""))
     recheck = inputs.recheck if inputs.recheck and inputs.recheck.revision == name else None
     if recheck is not None and recheck.decision.reverify:  # its refusal no longer stands
         before = Revision(name=name, digest=before.digest)
-    ready = _ready(inputs.pods, name)
+    current = name == desired.revision_of(inputs.spec)
+    digest = inputs.spec.artifact.digest if current else before.digest
     seen = canary.verdict_of(inputs.pods, name)
-    vouched = _vouched(inputs, name)
-    if seen is not None:
-        verified, reason, signer = seen.verified, str(seen.reason), seen.signer
-    elif vouched:
-        verified, reason, signer = True, "Verified", before.signer
-    elif ready:  # Ready, but its image has no entrypoint that verifies: no verdict at all
-        verified, reason, signer = False, NO_VERDICT, ""
+    proof = _attest(inputs, name, digest)
+    if seen is not None and not seen.verified:
+        verified, reason, signer = False, str(seen.reason), seen.signer
+    elif proof.complete:
+        verified, reason, signer = True, "Verified", proof.signer
+    elif proof.counted:  # Ready workers, and one of them proved nothing
+        verified, reason, signer = False, proof.reason, ""
+    elif seen is not None and (not digest or seen.digest.lower() == digest.lower()):
+        verified, reason, signer = True, "Verified", seen.signer
     else:
         verified, reason, signer = before.verified, before.reason, before.signer
-    current = name == desired.revision_of(inputs.spec)
     return Revision(
         name=name,
-        digest=inputs.spec.artifact.digest if current else before.digest,
+        digest=digest,
         verified=verified,
         reason=reason,
         signer=signer,
         trust_fingerprint=recheck.decision.fingerprint if recheck else before.trust_fingerprint,
-        ready_replicas=ready,
+        ready_replicas=proof.counted,
         weight=int(weights.get(name, 0)),
     )
 
 
-def _vouched(inputs: ModelInputs, revision: str) -> int:
-    """Ready workers of ``revision`` whose image verifies before it serves (the policy's)."""
-    allowed = inputs.allowed_images
-    return sum(
-        1
-        for p in inputs.pods
-        if p.revision == revision
-        and p.ready
-        and not p.terminating
-        and (allowed is None or devices.image_allowed(p.image, allowed))
+def _attest(inputs: ModelInputs, revision: str, digest: str) -> attestation.Attestation:
+    return attestation.attest(
+        inputs.pods, revision=revision, digest=digest, allowed_images=inputs.allowed_images
     )
-
-
-def _ready(pods: Sequence[observed.WorkerPod], revision: str) -> int:
-    return sum(1 for p in pods if p.revision == revision and p.ready and not p.terminating)
 
 
 Verdict = tuple[bool, str, str]  # condition status, reason, message
 
-#: A revision whose Ready pods run an image outside the image policy: nothing verified it.
-NO_VERDICT = "NoVerdict"
+#: A revision whose Ready pods carry no verdict for its digest (plan.attestation).
+NO_VERDICT = attestation.NO_VERDICT
 
 
 def _verified(inputs: ModelInputs, state: rollout.State, entries: Sequence[Revision]) -> Verdict:
@@ -204,10 +195,11 @@ def _verified(inputs: ModelInputs, state: rollout.State, entries: Sequence[Revis
     if state.phase is rollout.Phase.VERIFYING and state.reason == rollout.Why.TRUST_CHANGED:
         return (False, "Verifying", f"its trust changed: verifying revision {revision} again")
     entry = next((e for e in entries if e.name == revision), None)
-    if entry and entry.verified and entry.signer:
-        return (True, "Verified", f"revision {revision} verified, signed by {entry.signer}")
     if entry and entry.verified:
-        return (True, "Verified", _verified_before_serving(revision, entry.ready_replicas))
+        signer = entry.signer or "a trusted signer"
+        return (True, "Verified", f"revision {revision} verified, signed by {signer}")
+    if entry and entry.reason in (attestation.NO_VERDICT, attestation.VERDICT_MISMATCH):
+        return (False, entry.reason, _attest(inputs, revision, entry.digest).message())
     if entry and entry.reason:  # a refusal outside a rollout: the stable's pods restarted
         refusal = f"revision {revision} refused ({entry.reason})"
         return (False, entry.reason, _remedied(inputs, entry.reason, refusal))
@@ -220,14 +212,6 @@ def _remedied(inputs: ModelInputs, reason: str, message: str) -> str:
         reason, namespace=inputs.namespace, spec=inputs.spec, current=inputs.trust
     )
     return f"{message}; {fix}" if fix else message
-
-
-def _verified_before_serving(revision: str, ready: int) -> str:
-    return (
-        f"revision {revision} verified against the trusted key: {ready} workers Ready, and a "
-        "worker starts its engine only after the artifact's digest and signature pass (this "
-        "platform records no verdict, so the signer is not named)"
-    )
 
 
 def _rollout_conditions(state: rollout.State, message: str) -> list[tuple[str, Verdict]]:
@@ -265,7 +249,10 @@ def plan_model(inputs: ModelInputs) -> tuple[ModelDeploymentStatus, list[Event]]
     seen = canary.Seen(
         revision=revision,
         recheck=inputs.recheck.observation() if inputs.recheck else None,
-        verification=_with_remedy(inputs, canary.verification(inputs.pods, revision)),
+        verification=_with_remedy(
+            inputs,
+            canary.verification(inputs.pods, revision, digest=spec.artifact.digest),
+        ),
         judgment=judgment,
     )
     moved = canary.advance(canary.state_of(old), spec=spec.rollout, seen=seen, now=now.timestamp())

@@ -13,8 +13,10 @@ from typing import Any
 
 from tokenfleet.api import base, labels
 from tokenfleet.api.pool import InferencePoolSpec
+from tokenfleet.operator.plan import verify_step
 from tokenfleet.operator.plan.desired import APPLIED_HASH
 from tokenfleet.operator.policy import zones
+from tokenfleet.signing import verdict
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,8 +30,8 @@ class WorkerPod:
     terminating: bool
     unschedulable_since: datetime.datetime | None
     created: datetime.datetime | None = None
-    #: The artifact verdict as written (JSON, tokenfleet.signing.verdict): the worker's
-    #: termination message, or the tokenfleet.io/verdict annotation; "" before any.
+    #: The artifact verdict as written (JSON, tokenfleet.signing.verdict): the verify init
+    #: container's termination message (plan.verify_step); "" before any.
     verdict: str = ""
     #: Where its engine answers (http://podIP:port), "" before it has an IP: the golden-set
     #: replay asks the revision's pods directly.
@@ -39,8 +41,8 @@ class WorkerPod:
     #: The trust fingerprint a re-verification restarted it for (tokenfleet.io/trust-
     #: fingerprint, from its template); "" for a pod no such restart made.
     trust: str = ""
-    #: Its engine container's image (the container named vllm): only an image with the
-    #: verify-first entrypoint makes Ready mean "verified" (plan.model_status).
+    #: Its engine container's image (the container named vllm): only an image of the image
+    #: policy counts toward Verified (plan.model_status), verdict or not.
     image: str = ""
 
 
@@ -123,19 +125,27 @@ def _address(obj: Mapping[str, Any]) -> str:
 
 
 def _verdict_text(obj: Mapping[str, Any]) -> str:
-    """Where a verdict is left: the pod annotation (local stack), else the engine container's
-    termination message (the worker image writes it, then exits). A refusal from an earlier run
-    of a container that is Ready now is stale: the kubelet restarted it, and this run verified
-    (the worker starts its engine only after a pass), say once its trust Secret was fixed."""
-    annotated = (obj["metadata"].get("annotations") or {}).get(labels.VERDICT, "")
-    if annotated:
-        return str(annotated)
-    for status in obj.get("status", {}).get("containerStatuses", []) or []:
+    """The verdict the kubelet recorded: the verify init container's termination message (its
+    current run, else the last one: a refusal it is retrying). Pods rendered before the verify
+    step had its own container fall back to the engine container's message, read for refusals
+    only (a pass never went there); a refusal from an earlier run of a container that is Ready
+    now is stale.
+    Annotations are not read: anyone who may patch the pod may write them."""
+    statuses = obj.get("status", {})
+    for status in statuses.get("initContainerStatuses", []) or []:
+        if status.get("name") == verify_step.CONTAINER:
+            for state in (status.get("state") or {}, status.get("lastState") or {}):
+                message = (state.get("terminated") or {}).get("message", "")
+                if message.startswith("{"):
+                    return str(message)
+            return ""
+    for status in statuses.get("containerStatuses", []) or []:
         earlier = {} if status.get("ready") else status.get("lastState") or {}
         for state in (status.get("state") or {}, earlier):
-            message = (state.get("terminated") or {}).get("message", "")
-            if message.startswith("{"):
-                return str(message)
+            message = str((state.get("terminated") or {}).get("message", ""))
+            found = verdict.parse(message) if message.startswith("{") else None
+            if found is not None and not found.verified:
+                return message
     return ""
 
 
