@@ -16,8 +16,12 @@ from typing import Any
 
 import yaml
 
+from tokenfleet.devstack import controlplane
+
 #: Traces kept in memory before the oldest go (a trace is a few KB: ~100 MB at most).
 MAX_TRACES = 20_000
+#: The local platform keeps every request's trace: it is for looking, and its load is small.
+LOCAL_SAMPLE_RATIO = 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +32,16 @@ class Ports:
     query_http: int
     query_grpc: int
     health: int
+
+    @classmethod
+    def of(cls, ports: controlplane.Ports) -> Ports:
+        """The stack's Jaeger ports."""
+        return cls(
+            otlp_http=ports.jaeger_otlp,
+            query_http=ports.jaeger_query,
+            query_grpc=ports.jaeger_grpc,
+            health=ports.jaeger_health,
+        )
 
     @property
     def otlp_traces_url(self) -> str:
