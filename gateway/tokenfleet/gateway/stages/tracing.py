@@ -9,6 +9,7 @@ as drawn), and only then renders its spans (:mod:`.spans`) and hands them to the
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 
@@ -17,6 +18,8 @@ from aiohttp import web
 from tokenfleet.gateway import trace_export
 from tokenfleet.gateway.policy import trace_context
 from tokenfleet.gateway.stages import context, spans, timeline
+
+log = logging.getLogger("tokenfleet.gateway.traces")
 
 
 class Tracer:
@@ -77,8 +80,8 @@ class Tracer:
         if kept is None:
             return
         ending = spans.Ending(outcome, reason, status, kept)
-        self._export.offer(
-            spans.render(
+        try:
+            rendered = spans.render(
                 trace,
                 identity=passage.identity,
                 end=end,
@@ -86,4 +89,7 @@ class Tracer:
                 to_unix=time.time() - time.monotonic(),
                 new_id=self.span_id,
             )
-        )
+        except Exception:  # a trace must never cost a request its counting and its log line
+            log.exception("request %s: its spans could not be rendered", passage.identity.id)
+            return
+        self._export.offer(rendered)
