@@ -38,6 +38,10 @@ NEWER_CLIENT_LINE = ("helm", "prometheus", "containerd")
 #: (set, module) pairs that keep a newer Kubernetes library: the set uses API the release lacks.
 NEEDS_NEWER = frozenset({("containerd", "k8s.io/cri-api"), ("containerd", "k8s.io/cri-streaming")})
 SETS = KUBERNETES_LINE + NEWER_CLIENT_LINE
+#: Sets that keep their own versions, outside the alignment: Jaeger v1.75.0 is an OpenTelemetry
+#: Collector build; aligning it would move 93 of its modules (the Collector's core, OTel, gRPC,
+#: k8s.io client) off the versions that release is built and tested with, for a set built once.
+OWN_LINE = ("jaeger",)
 REQUIRE = re.compile(r"^(?:require\s+)?([A-Za-z0-9._~/-]+)\s+(v[0-9][^\s]*)(?:\s*//.*)?$")
 #: ``path => path version`` (the kubernetes set pins its staging modules this way).
 REPLACE = re.compile(r"^(?:replace\s+)?([A-Za-z0-9._~/-]+)\s+=>\s+\1\s+(v[0-9][^\s]*)")

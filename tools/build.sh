@@ -115,6 +115,15 @@ set_containerd() {
     build_set containerd $ctd $ctd/cmd/containerd $ctd/cmd/ctr $ctd/cmd/containerd-shim-runc-v2
 }
 
+# The local platform's trace backend: Jaeger v2 (an OpenTelemetry Collector build: OTLP receivers,
+# in-memory storage, the query API). Module v1.75.0 is Jaeger v2.12.0; the go module carries only a
+# placeholder page where the web UI's assets go (those are built with npm upstream), so the query
+# API on :16686/api/ is what serves here.
+set_jaeger() {
+  LDFLAGS="-X github.com/jaegertracing/jaeger/internal/version.latestVersion=$(modver jaeger github.com/jaegertracing/jaeger)" \
+    build_set jaeger github.com/jaegertracing/jaeger github.com/jaegertracing/jaeger/cmd/jaeger
+}
+
 lane() { # set names, built in this order; stops at the first failure
   local name
   for name in "$@"; do
@@ -126,7 +135,7 @@ lane sim || { echo "error: a binary set failed to build (see the lines above)" >
 pids=()
 lane k8s &
 pids+=("$!")
-lane kwok etcd helm prometheus containerd &
+lane kwok etcd helm prometheus containerd jaeger &
 pids+=("$!")
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done

@@ -50,3 +50,6 @@ ADAPTER_LOADS = "tokenfleet_gateway_adapter_loads_total"  # namespace, adapter, 
 ADAPTER_EVICTIONS = "tokenfleet_gateway_adapter_evictions_total"  # namespace, adapter
 ADAPTER_LOADED = "tokenfleet_gateway_adapter_loaded"  # namespace, adapter, pod: 1 while loaded
 ADAPTER_LOAD_SECONDS = "tokenfleet_gateway_adapter_load_seconds"  # (histogram) verify + load
+# Traces (docs/observability.md, "Traces"): only with tracing on.
+TRACES = "tokenfleet_gateway_traces_total"  # kept: sampled, error, slo_miss, dropped
+TRACE_SPANS = "tokenfleet_gateway_trace_spans_total"  # result: exported, failed, overflow

@@ -176,7 +176,17 @@ Usage per tenant, model and pool from the gateway's ledger (found from the kubec
 
 {_remotes(state_dir, info)}{_real_engine(state_dir, info)}\
 Prometheus (scrapes every simulated vLLM and the gateway each second): {info.get("prometheus", "")}
-Logs: {state_dir}/logs/   Stop everything: make down
+{_jaeger(info)}Logs: {state_dir}/logs/   Stop everything: make down
+"""
+
+
+def _jaeger(info: dict[str, Any]) -> str:
+    """The trace backend's line: where every gateway request's trace is read."""
+    url = info.get("jaeger", "")
+    if not url:
+        return ""
+    return f"""Jaeger (every gateway request's trace, docs/observability.md "Traces"): {url}
+  curl -s '{url}/api/traces?service=tokenfleet-gateway&limit=5'
 """
 
 
@@ -262,7 +272,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         "starting etcd, kube-apiserver, controller-manager, scheduler, kwok, node agent"
         + (", operator" if args.operator or args.platform else "")
         + (", redis, gateway, region-b, provider" if args.platform else "")
-        + ", prometheus",
+        + ", prometheus, jaeger",
         end="",
         flush=True,
     )

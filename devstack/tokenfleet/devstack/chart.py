@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenfleet.devstack import remotes
+from tokenfleet.devstack import jaeger, remotes
 from tokenfleet.devstack.controlplane import Ports
 
 RELEASE = "tokenfleet"
@@ -42,6 +42,9 @@ def helm_argv(
         "redis.image.repository": redis_repo,
         "redis.image.tag": redis_tag,
         "redis.image.pullPolicy": "Never",
+        # the gateway's spans to the stack's Jaeger (host network: loopback is the host's)
+        "gateway.tracing.endpoint": jaeger.Ports.of(ports).otlp_traces_url,
+        "gateway.tracing.sampleRatio": jaeger.LOCAL_SAMPLE_RATIO,
     }
     argv = [
         str(helm), "upgrade", "--install", RELEASE, str(chart),

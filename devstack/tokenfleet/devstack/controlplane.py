@@ -28,6 +28,10 @@ class Ports:
     prometheus: int
     region_b: int  # the remote region's gateway (tokenfleet.devstack.remotes)
     provider: int  # the OpenAI-compatible provider in front of its engine
+    jaeger_otlp: int  # the trace backend (tokenfleet.devstack.jaeger): OTLP/HTTP in
+    jaeger_query: int  # its query API and page
+    jaeger_grpc: int  # its query service's gRPC side (unused, but it must listen somewhere)
+    jaeger_health: int
 
     def shifted(self, offset: int) -> Ports:
         """Every port moved by ``offset`` (to run beside another stack)."""
@@ -51,6 +55,10 @@ DEFAULT_PORTS = Ports(
     prometheus=9090,
     region_b=8090,  # examples/09-model-routes/route.yaml's remotes name these two
     provider=8091,
+    jaeger_otlp=4318,  # OpenTelemetry's and Jaeger's own defaults
+    jaeger_query=16686,
+    jaeger_grpc=16685,
+    jaeger_health=13133,
 )
 
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from tokenfleet.api.base import API_GROUP_VERSION
-from tokenfleet.devstack import remotes
+from tokenfleet.devstack import jaeger, remotes
 from tokenfleet.devstack.controlplane import Component
 
 DEV_TENANT = "dev"
@@ -63,9 +63,18 @@ def salt_file(state_dir: Path) -> Path:
 
 
 def gateway_component(
-    *, state_dir: Path, kubeconfig: Path, port: int, redis_port: int
+    *, state_dir: Path, kubeconfig: Path, port: int, redis_port: int, traces_url: str = ""
 ) -> Component:
-    """The gateway as a stack component: its argv, environment and health URL."""
+    """The gateway as a stack component: its argv, environment and health URL
+    (``traces_url``: the OTLP endpoint its spans go to, every request's; "": none)."""
+    tracing = (
+        {
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": traces_url,
+            "TOKENFLEET_TRACE_SAMPLE_RATIO": str(jaeger.LOCAL_SAMPLE_RATIO),
+        }
+        if traces_url
+        else {}
+    )
     return Component(
         name="tokenfleet-gateway",
         argv=gateway_argv(port, redis_port),
@@ -75,6 +84,7 @@ def gateway_component(
             "TOKENFLEET_SALT_SECRET_FILE": str(salt_file(state_dir)),
             # The remotes' keys, laid out as the chart mounts them (<secret>/<key>).
             "TOKENFLEET_REMOTE_KEYS_DIR": str(remotes.keys_dir(state_dir)),
+            **tracing,
         },
     )
 

@@ -31,6 +31,7 @@ import yaml
 from tokenfleet.devstack import (
     chart,
     controlplane,
+    jaeger,
     nodes,
     pki,
     platform,
@@ -212,6 +213,7 @@ class Stack:
                     await self._start_real_node(api)
                 await asyncio.to_thread(self._apply_crds)
                 await self._start_prometheus(token, session)
+                await self._start_jaeger(token, session)
                 agent = NodeAgent(
                     api=api,
                     sim_binary=self.options.bin_dir / "llm-d-inference-sim",
@@ -439,6 +441,18 @@ class Stack:
             controlplane.Component(name="prometheus", argv=argv, health_url=health), token, session
         )
 
+    async def _start_jaeger(self, token: str, session: aiohttp.ClientSession) -> None:
+        """The trace backend the gateway's spans go to (tokenfleet.devstack.jaeger)."""
+        folder = self.options.state_dir / "jaeger"
+        folder.mkdir(parents=True, exist_ok=True)
+        ports = jaeger.Ports.of(self.ports)
+        argv = jaeger.argv(self.options.bin_dir / "jaeger", folder / "jaeger.yaml", ports)
+        await self._start(
+            controlplane.Component(name="jaeger", argv=argv, health_url=jaeger.health_url(ports)),
+            token,
+            session,
+        )
+
     def _register_host_process(self, job: str, port: int) -> None:
         """A host process as the Pod Prometheus' pod discovery finds (see prometheus.py)."""
         node = nodes.manifests(self.options.shape)[0]["metadata"]["name"]
@@ -518,6 +532,7 @@ class Stack:
             kubeconfig=config,
             port=self.ports.gateway,
             redis_port=self.ports.redis,
+            traces_url=jaeger.Ports.of(self.ports).otlp_traces_url,
         )
         await self._start(gateway, "", session)
         await asyncio.to_thread(
@@ -620,6 +635,7 @@ class Stack:
             "ports": self.ports.named(),
             "podNetwork": f"127.{self.options.shape.pod_octet}.0.0/16",
             "prometheus": f"http://127.0.0.1:{self.ports.prometheus}",
+            "jaeger": jaeger.Ports.of(self.ports).query_url,
             "startSeconds": round(time.monotonic() - started, 2),
             "realNode": realnode.NODE_NAME if self.real_node is not None else None,
             "engine": self.options.engine,

@@ -19,6 +19,7 @@ from kubernetes.client import Configuration
 
 from tokenfleet import kubeapi
 from tokenfleet.gateway.config import Settings, StaticConfig
+from tokenfleet.gateway.policy import trace_context
 
 # Nothing here may import prometheus_client at module level: it chooses between in-memory and
 # multiprocess values when first imported, and --workers must set PROMETHEUS_MULTIPROC_DIR first.
@@ -182,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.no_access_log:
         logging.getLogger("tokenfleet.gateway.access").setLevel(logging.WARNING)
+    try:  # a tracing variable that cannot be used: said before anything starts
+        trace_context.Settings.from_env(os.environ)
+    except trace_context.SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     source: StaticConfig | Configuration
     if args.config:
         source = StaticConfig.load(args.config)

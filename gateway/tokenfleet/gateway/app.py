@@ -20,7 +20,14 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
-from tokenfleet.gateway import adapter_catalog, adapter_slots, completion, engine_http, router
+from tokenfleet.gateway import (
+    adapter_catalog,
+    adapter_slots,
+    completion,
+    engine_http,
+    router,
+    trace_export,
+)
 from tokenfleet.gateway.accesslog import ACCESS
 from tokenfleet.gateway.budget_store import BudgetStore
 from tokenfleet.gateway.config import Settings
@@ -47,6 +54,7 @@ from tokenfleet.gateway.stages import (
     Spill,
     Stages,
 )
+from tokenfleet.gateway.stages.tracing import Tracer
 from tokenfleet.gateway.stages.upstream import Upstream
 from tokenfleet.gateway.state import STATE, GatewayState
 from tokenfleet.gateway.usage_ledger import UsageLedger
@@ -183,6 +191,11 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
     """The aiohttp application; a catalog source must call ``app[STATE].swap()``."""
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[openai_errors])
     app[STATE] = parts = build(settings, Metrics.create(metrics_registry))
+    traces = (
+        trace_export.Export(settings.tracing, registry=parts.metrics.registry)
+        if settings.tracing.on
+        else None
+    )
     stages = stages_of(
         settings,
         live=parts.live,
@@ -196,6 +209,7 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
         adapters=parts.adapters,
         remotes=parts.remotes,
         engines=parts.engines,
+        traces=traces,
     )
     for path, kind in PATHS.items():
         app.router.add_post(path, completions_of(kind, stages))
@@ -216,6 +230,8 @@ def create_app(settings: Settings, *, metrics_registry: Any = None) -> web.Appli
         router.scraping(lambda a: a[STATE].router, lambda a: a[STATE].catalog.endpoints.endpoints)
     )
     app.cleanup_ctx.append(_adapter_listings)
+    if traces is not None:
+        app.cleanup_ctx.append(traces.run)
     return app
 
 
@@ -272,6 +288,7 @@ def stages_of(
     adapters: adapter_slots.AdapterSlots,
     remotes: Remotes,
     engines: engine_http.Client,
+    traces: trace_export.Export | None = None,
 ) -> Stages:
     """Each stage of the request path, with exactly the parts it needs."""
     m = metrics
@@ -303,7 +320,12 @@ def stages_of(
             spills_instead=spill.spills_instead,
         ),
         spill=spill,
-        report=Report(metrics=m, live=live, access_log=ACCESS if settings.access_log else None),
+        report=Report(
+            metrics=m,
+            live=live,
+            access_log=ACCESS if settings.access_log else None,
+            tracer=None if traces is None else Tracer(traces),
+        ),
         settle=Settle(
             quotas=quotas,
             budgets=budgets,

@@ -32,12 +32,13 @@ from aiohttp import web
 
 from tokenfleet.gateway.policy import bodies
 from tokenfleet.gateway.policy.rejections import Rejected
-from tokenfleet.gateway.stages import Stages, context, events
+from tokenfleet.gateway.stages import Stages, context, events, timeline
 
 
 async def answer(request: web.Request, kind: bodies.Kind, stages: Stages) -> web.StreamResponse:
     """The answer, or the refusal rendered; a client that left is counted and logged."""
     passage = context.Passage.begin(request, kind)
+    stages.report.begin(passage, request)  # a timeline for its spans, when tracing is on
     try:
         answered = await recipe(request, passage, stages)
     except (asyncio.CancelledError, ConnectionResetError):
@@ -67,6 +68,7 @@ async def recipe(
     reservation = await stages.quota.reserve(admitted, hit=hit)  # ...the tenant's token quota...
     if isinstance(reservation, Rejected):
         return reservation
+    trace.add(timeline.QUOTA_DONE)
     asked, hold = admitted, None  # a downgrade changes the model: the cache keeps the one asked
     try:
         if hit:  # ...a hit is replayed, settled as served with nothing charged
@@ -80,6 +82,7 @@ async def recipe(
         if isinstance(budgeted, Rejected):
             return ended(trace, budgeted)
         admitted, hold = budgeted
+        trace.add(timeline.BUDGET_DONE)
         answered = await stages.queue.run(  # ...the pool's queue, 5 route, 6 proxy...
             admitted, request=request, passage=passage, capture_bytes=cached.capture_bytes
         )

@@ -24,7 +24,7 @@ from tokenfleet.api.pool import Admission, Cost, InferencePoolSpec, Routing
 from tokenfleet.api.route import ModelRouteSpec
 from tokenfleet.api.tenant import TenantSpec
 from tokenfleet.gateway import adapter_catalog, catalog, route_catalog
-from tokenfleet.gateway.policy import adapter_access, intake_cost
+from tokenfleet.gateway.policy import adapter_access, intake_cost, trace_context
 from tokenfleet.gateway.policy.admission import ClassPolicy
 from tokenfleet.gateway.policy.routing import Endpoint, Snapshot
 from tokenfleet.gateway.policy.routing import Policy as RoutingPolicy
@@ -112,6 +112,9 @@ class Settings:
     """Where /metrics is served (TOKENFLEET_METRICS_PORT), apart from the API port: it names
     every tenant and their usage, so the public Service never exposes it. 0: on the API port
     (a host process in tests and the local platform)."""
+    tracing: trace_context.Settings = dataclasses.field(default_factory=trace_context.Settings)
+    """OpenTelemetry traces: where they go and which are kept (off unless an OTLP endpoint is
+    set; docs/observability.md, "Traces")."""
 
     @property
     def processes(self) -> int:
@@ -147,6 +150,7 @@ class Settings:
             ),
             engine_key=os.environ.get("TOKENFLEET_ENGINE_API_KEY", ""),
             metrics_port=int(os.environ.get("TOKENFLEET_METRICS_PORT") or 0),
+            tracing=trace_context.Settings.from_env(os.environ),
         )
         return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
 

@@ -190,6 +190,8 @@ class Attempted(NamedTuple):
     why: str  # the routing reason
     attempt: int  # 1 for the first
     revision: str  # the endpoint's ("" when it has none)
+    prefix_blocks: int = 0  # the prompt's leading blocks believed held there (routing's belief)
+    prefix_total: int = 0  # the prompt's blocks (0: routing read no prefix)
 
     def header(self, out: dict[str, str]) -> None:
         if self.revision:

@@ -16,16 +16,30 @@ from tokenfleet.gateway.live import Live
 from tokenfleet.gateway.metrics import Metrics, model_label, observe_all
 from tokenfleet.gateway.policy import usage
 from tokenfleet.gateway.policy.rejections import Rejected
-from tokenfleet.gateway.stages import context, events
+from tokenfleet.gateway.stages import context, events, tracing
 from tokenfleet.gateway.targets import Target
 
 
 class Report:
     """Metrics and the access log, with the catalog that bounds the model label."""
 
-    def __init__(self, *, metrics: Metrics, live: Live, access_log: AccessLog | None) -> None:
-        """``access_log``: where each request's line goes (None: not written)."""
+    def __init__(
+        self,
+        *,
+        metrics: Metrics,
+        live: Live,
+        access_log: AccessLog | None,
+        tracer: tracing.Tracer | None = None,
+    ) -> None:
+        """``access_log``: where each request's line goes (None: not written); ``tracer``:
+        where its spans go (None: tracing is off)."""
         self._metrics, self._live, self._access = metrics, live, access_log
+        self._tracer = tracer
+
+    def begin(self, passage: context.Passage, request: web.Request) -> None:
+        """A request begins: with tracing on, its trace notes when each event happened."""
+        if self._tracer is not None:
+            self._tracer.begin(passage, request)
 
     def observe(
         self, passage: context.Passage, answered: context.Answered
@@ -89,6 +103,8 @@ class Report:
         be read apart; and its access-log record, rendered from the trace (``status``: a
         refusal's)."""
         identity, trace = passage.identity, passage.trace
+        if self._tracer is not None:
+            self._tracer.finish(passage, outcome=outcome, reason=reason, status=status)
         log: dict[str, Any] = {"request_id": identity.id, "route": identity.path}
         for event in trace:
             event.note(log)

@@ -43,7 +43,7 @@ from tokenfleet.gateway.policy.rejections import Rejected
 from tokenfleet.gateway.remotes import Remotes
 from tokenfleet.gateway.route_catalog import RouteEntry
 from tokenfleet.gateway.router import Router
-from tokenfleet.gateway.stages import context, events
+from tokenfleet.gateway.stages import context, events, timeline
 from tokenfleet.gateway.stages.events import Spilled
 from tokenfleet.gateway.targets import Admitted
 
@@ -298,6 +298,7 @@ class Spill:
         )
         spilled = Spilled(entry=ask.entry, remote=remote, hold=hold, asked=call.served_by)
         passage.trace.add(events.AtRemote(spilled))  # from here on it is settled as the remote's
+        timeline.propagate(passage.trace, call.upstream_headers)  # a remote gateway joins it
         gauge = self._metrics.in_flight.labels(ask.entry.namespace, ask.entry.name, remote.name)
         gauge.inc()
         try:

@@ -38,7 +38,7 @@ from tokenfleet.gateway.live import Live
 from tokenfleet.gateway.policy import adapter_loads, bodies, prefix, routing
 from tokenfleet.gateway.policy.rejections import Reason, Rejected
 from tokenfleet.gateway.router import Router
-from tokenfleet.gateway.stages import context, events
+from tokenfleet.gateway.stages import context, events, timeline
 
 #: The retry reason of an adapter the engine no longer had (another gateway evicted it).
 ADAPTER_LOST = "adapter_lost"
@@ -125,7 +125,16 @@ class Routed:
         if choice is None:
             return None
         endpoint = choice.endpoint
-        trace.add(events.Attempted(endpoint.url, choice.why.value, attempt, endpoint.revision))
+        trace.add(
+            events.Attempted(
+                endpoint.url,
+                choice.why.value,
+                attempt,
+                endpoint.revision,
+                prefix_blocks=choice.prefix_blocks,
+                prefix_total=plan.match.total,
+            )
+        )
         # Recorded when sent, not when answered: requests for the same prefix that arrive while
         # the first is still prefilling must follow it, not scatter and prefill it everywhere.
         self._router.record(plan.hashes, endpoint)
@@ -276,6 +285,7 @@ class Upstream:
                     return await self._attempt(endpoint, payload, work, request, passage)
             except proxy.UpstreamFailed as failed:
                 failure = failed.rejected
+                trace.add(timeline.AttemptFailed(failed.cause, failure.status))
                 if placer.recovers(work, failed, url=endpoint.url, again=again):
                     if not (attempt < self._max_attempts and router.try_retry(model.name)):
                         return failure
@@ -345,6 +355,7 @@ class Upstream:
             write_stall=self._router.settings.write_stall_seconds,
             engine_namespace=endpoint.namespace,
         )
+        timeline.propagate(passage.trace, call.upstream_headers)  # the engine joins the trace
         try:
             outcome = await proxy.forward(
                 call, client=self._engines, request=request, meter=passage.meter
