@@ -305,9 +305,12 @@ def test_two_teams_each_reach_their_own_model_of_one_name(
     cluster: Cluster, ns: str, gateway: Gateway
 ) -> None:
     """Team A and team B both deploy a model served as the same name: each team's key reaches
-    its own namespace's replicas, never the other's."""
+    its own namespace's replicas, never the other's. A third namespace with a Tenant allowed
+    that name but no model of it is served neither (404 model_not_found naming its namespace;
+    before issue 35's finding 4 was closed, it got team A's, the first by namespace/name) until
+    team A shares it (spec.sharedWith): then team A's replicas answer it."""
     served = f"chat-{uuid.uuid4().hex[:6]}"  # the gateway sees every namespace: unique per run
-    with namespace(cluster, f"{ns}-b") as other:
+    with namespace(cluster, f"{ns}-b") as other, namespace(cluster, f"{ns}-c") as third:
         keys = {}
         for team in (ns, other):
             deploy(cluster, team, served=served, aliases=(), zones=("zone-a",), replicas=(1, 1))
@@ -337,6 +340,61 @@ def test_two_teams_each_reach_their_own_model_of_one_name(
                     timeout=10,
                 )
                 assert line["pool"] == f"{team}/kpool", line
+        cluster.apply(
+            manifest(
+                "Tenant",
+                "team",
+                third,
+                {"apiKeySecretRef": {"name": "team-keys"}, "allowedModels": [served]},
+            )
+        )
+        client = openai.OpenAI(
+            base_url=gateway.url + "/v1", api_key=create_key(cluster, third, "team"), max_retries=0
+        )
+        wait_for("the key to be known", lambda: _works(client), timeout=20)
+        with pytest.raises(openai.NotFoundError) as refused:
+            client.chat.completions.create(
+                model=served, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+        assert refused.value.code == "model_not_found", refused.value
+        assert f"served to namespace '{third}'" in refused.value.message, refused.value.message
+        assert served not in [m.id for m in client.models.list()]
+        shared = manifest(
+            "ModelDeployment",
+            "kmodel",
+            ns,
+            {
+                "model": {"name": served},
+                "pools": ["kpool"],
+                "artifact": artifact.spec(),
+                "sharedWith": [third],
+            },
+        )
+        cluster.apply(shared)
+        wait_for(
+            "the shared model to be listed",
+            lambda: served in [m.id for m in client.models.list()],
+            timeout=20,
+        )
+        client.chat.completions.create(
+            model=served,
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=2,
+            extra_headers={"X-Request-Id": f"{third}-shared"},
+        )
+        line = wait_for(
+            "the access log line",
+            lambda: next(
+                (
+                    json.loads(x[x.index("{") :])
+                    for x in gateway.log.read_text().splitlines()
+                    if f'"{third}-shared"' in x and "{" in x
+                ),
+                None,
+            ),
+            timeout=10,
+        )
+        assert line["pool"] == f"{ns}/kpool", line
 
 
 def test_gateway_routes_modeladapters_from_the_cluster(

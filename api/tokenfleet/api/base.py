@@ -7,7 +7,7 @@ API calls and kopf registrations, and every other part build on these constants.
 from __future__ import annotations
 
 import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -20,6 +20,17 @@ API_GROUP_VERSION = f"{API_GROUP}/{API_VERSION}"
 
 #: One Kubernetes name segment (RFC 1123 label): what a human may type for names we look up.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+#: A namespace that ``sharedWith`` names, or ``*`` for every namespace.
+SHARED_NAMESPACE = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$"
+
+SharedNamespace = Annotated[str, Field(pattern=SHARED_NAMESPACE, max_length=63)]
+
+SHARED_WITH_DESCRIPTION = (
+    "Other namespaces whose Tenants may be served this name when their own namespace has "
+    "nothing of that name ('*': every namespace). Empty (the default): only this namespace's "
+    "Tenants. Each Tenant's allowedModels still applies."
+)
 
 
 class Model(BaseModel):

@@ -10,8 +10,10 @@ from pydantic import ConfigDict, Field, model_validator
 from tokenfleet.api import engine_args
 from tokenfleet.api.base import (
     DNS_LABEL,
+    SHARED_WITH_DESCRIPTION,
     Condition,
     Model,
+    SharedNamespace,
     cel,
     conditions_field,
     observed_generation_field,
@@ -470,6 +472,12 @@ class ModelDeploymentSpec(Model):
     adapters: AdapterPolicy | None = Field(
         default=None,
         description="Serve ModelAdapters (LoRA) on this deployment's workers; needs engine.lora.",
+    )
+    shared_with: list[SharedNamespace] = Field(
+        default_factory=list,
+        max_length=64,
+        description=SHARED_WITH_DESCRIPTION,
+        json_schema_extra={"x-kubernetes-list-type": "set"},
     )
 
     @model_validator(mode="after")

@@ -18,8 +18,10 @@ from pydantic import ConfigDict, Field, model_validator
 
 from tokenfleet.api.base import (
     DNS_LABEL,
+    SHARED_WITH_DESCRIPTION,
     Condition,
     Model,
+    SharedNamespace,
     cel,
     conditions_field,
     observed_generation_field,
@@ -374,6 +376,12 @@ class ModelRouteSpec(Model):
         "or every replica tried failed before answering (a lost zone or region); Overloaded: "
         "the local queue shed or refused it (queue full, shed, deadline unmeetable, queue "
         "timeout). Only with remotes.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    shared_with: list[SharedNamespace] = Field(
+        default_factory=list,
+        max_length=64,
+        description=SHARED_WITH_DESCRIPTION,
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
 

@@ -62,6 +62,18 @@ class Model:
     adapter: Adapter | None = None
     """Set when this is a LoRA adapter served on its base model's replicas under its own name
     (targets.adapter_model): routing then places it (adapter_slots) and loads it first."""
+    shared_with: frozenset[str] = frozenset()
+    """The other namespaces its deployment's ``spec.sharedWith`` serves it to ("*": all)."""
+
+    def served_to(self, namespace: str) -> bool:
+        """Whether a caller in ``namespace`` may be served this model (its own namespace's, or
+        shared with that namespace; in static mode, with no namespaces, every caller)."""
+        return (
+            not self.namespace
+            or namespace == self.namespace
+            or "*" in self.shared_with
+            or namespace in self.shared_with
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,9 +110,14 @@ class Catalog:
     """Everything a request is checked against."""
 
     models: Mapping[str, Model] = dataclasses.field(default_factory=dict)  # by every served name
-    """Cluster-wide: a served name claimed in several namespaces is the first by namespace/name."""
+    """Cluster-wide: a served name claimed in several namespaces is the first by namespace/name.
+    What a caller without a namespace (static mode) is served; a namespaced caller is served
+    only its own namespace's models and those shared with it (:meth:`model`)."""
     local: Mapping[tuple[str, str], Model] = dataclasses.field(default_factory=dict)
     """By (namespace, served name): a tenant's own namespace answers first."""
+    shared: Mapping[str, tuple[Model, ...]] = dataclasses.field(default_factory=dict)
+    """By served name, the models whose ``spec.sharedWith`` serves them to other namespaces,
+    in namespace/name order."""
     claimed: frozenset[tuple[str, str]] = frozenset()
     """(namespace, served name) of every ModelDeployment, also those whose spec does not parse:
     a namespace's broken model is unavailable to its tenants, never another team's instead."""
@@ -143,7 +160,10 @@ class Catalog:
     def route(self, name: str, namespace: str = "") -> RouteEntry | None:
         """The route ``name`` means to a caller in ``namespace``: its own namespace's (none
         is kept whose namespace serves that name: :func:`with_routes`), else — when no model
-        or adapter has the name — the first by namespace/name."""
+        or adapter has the name — the first by namespace/name of those whose ``sharedWith``
+        serves it to ``namespace``: another namespace cannot claim a name and so receive this
+        namespace's prompts (issue 35, finding 4). A caller without a namespace (static mode,
+        the cluster-wide view) gets the first by namespace/name."""
         if not self.routes:
             return None
         own = self.routes.get((namespace, name))
@@ -151,7 +171,14 @@ class Catalog:
             return own
         if self.model(name, namespace) is not None or self.adapter(name, namespace) is not None:
             return None
-        return next((r for (_, n), r in sorted(self.routes.items()) if n == name), None)
+        return next(
+            (
+                r
+                for (_, n), r in sorted(self.routes.items())
+                if n == name and (not namespace or r.served_to(namespace))
+            ),
+            None,
+        )
 
     def serves(self, name: str) -> bool:
         """Whether a model (by any served name), an adapter or a route of any namespace has
@@ -163,11 +190,17 @@ class Catalog:
         )
 
     def model(self, name: str, namespace: str = "") -> Model | None:
-        """What ``name`` means to a caller in ``namespace``: its own namespace's model first,
-        so a team's model is never shadowed by another team's of the same name."""
+        """What ``name`` means to a caller in ``namespace``: its own namespace's model, so a
+        team's model is never shadowed by another team's of the same name; else the first by
+        namespace/name that another namespace shares with it (``spec.sharedWith``), never one
+        it does not: a namespace that claims a name first does not receive another's prompts
+        (issue 35, finding 4). A caller without a namespace (static mode, the cluster-wide
+        view) gets the first by namespace/name."""
         if (namespace, name) in self.claimed:
             return self.local.get((namespace, name))
-        return self.models.get(name)
+        if not namespace:
+            return self.models.get(name)
+        return next((m for m in self.shared.get(name, ()) if m.served_to(namespace)), None)
 
     def adapters_for(self, tenant: Tenant) -> list[str]:
         """The served names of the offered adapters that name ``tenant``."""
@@ -188,7 +221,15 @@ class Catalog:
 
     def visible(self, namespace: str = "") -> dict[str, Model]:
         """Every served name as a caller in ``namespace`` resolves it."""
-        out = {n: m for n, m in self.models.items() if (namespace, n) not in self.claimed}
+        if not namespace:
+            out = {n: m for n, m in self.models.items() if (namespace, n) not in self.claimed}
+        else:
+            out = {
+                n: m
+                for n in self.shared
+                if (namespace, n) not in self.claimed
+                and (m := self.model(n, namespace)) is not None
+            }
         out.update({n: m for (ns, n), m in self.local.items() if ns == namespace})
         return out
 
@@ -222,6 +263,7 @@ def models_of(
         context_tokens=spec.engine.max_model_len,
         revision_weights={r.name: r.weight for r in status.revisions} if status else {},
         response_cache=spec.response_cache if spec.response_cache.enabled else None,
+        shared_with=frozenset(spec.shared_with),
     )
     return dict.fromkeys(names, model)
 
@@ -354,6 +396,7 @@ def from_objects(
     model_map: dict[str, Model] = {}
     local: dict[tuple[str, str], Model] = {}
     claimed: set[tuple[str, str]] = set()
+    shared: dict[str, list[Model]] = {}
     deployments: dict[tuple[str, str], ModelDeploymentSpec] = {}
     # a served name claimed twice: the first by namespace/name wins, cluster-wide and within a
     # namespace; callers in a namespace that claims it get their own (Catalog.model)
@@ -367,7 +410,8 @@ def from_objects(
         found = models_of(obj["metadata"]["namespace"], spec, _status_of(obj.get("status") or {}))
         for name, model in found.items():
             model_map.setdefault(name, model)
-            local.setdefault((model.namespace, name), model)
+            if local.setdefault((model.namespace, name), model) is model and model.shared_with:
+                shared.setdefault(name, []).append(model)
     secret_map = {key(s): key_hashes(s) for s in secrets}
     by_hash: dict[str, Tenant] = {}
     for obj in sorted(tenants, key=key):
@@ -383,6 +427,7 @@ def from_objects(
     catalog = Catalog(
         models=model_map,
         local=local,
+        shared={n: tuple(ms) for n, ms in shared.items()},
         claimed=frozenset(claimed),
         pools=pool_map,
         tenants_by_key_hash=by_hash,

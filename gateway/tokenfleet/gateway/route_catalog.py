@@ -41,6 +41,18 @@ class RouteEntry:
     """Where its requests spill, in order (docs/routes.md "Spill")."""
     spill_on: tuple[str, ...] = ()
     currency: str = "USD"  # of the remotes' prices and budgets
+    shared_with: frozenset[str] = frozenset()
+    """The other namespaces its ``spec.sharedWith`` serves it to ("*": all)."""
+
+    def served_to(self, namespace: str) -> bool:
+        """Whether a caller in ``namespace`` may be served this route (its own namespace's,
+        or shared with that namespace; in static mode, with no namespaces, every caller)."""
+        return (
+            not self.namespace
+            or namespace == self.namespace
+            or "*" in self.shared_with
+            or namespace in self.shared_with
+        )
 
     def spills_on(self, trigger: str) -> bool:
         return bool(self.remotes) and trigger in self.spill_on
@@ -88,6 +100,7 @@ def entry_of(
         remotes=tuple(spec.remotes),
         spill_on=tuple(spec.spill_on),
         currency=spec.currency,
+        shared_with=frozenset(spec.shared_with),
     )
 
 

@@ -25,6 +25,16 @@ def resolve(
     adapter = catalog.adapter(name, tenant.namespace) if model is None else None
     if adapter is not None:
         return adapter_model(catalog, tenant, adapter)
+    if model is None and tenant.namespace:
+        # another namespace's model of this name is not this tenant's unless it is shared
+        # with its namespace (issue 35, finding 4): the same answer whether or not one exists
+        return Rejected(
+            reason=Reason.MODEL_NOT_FOUND,
+            param="model",
+            message=f"model '{name}' does not exist: no ModelDeployment, ModelAdapter or "
+            f"ModelRoute of that name is served to namespace '{tenant.namespace}' (another "
+            "namespace's serves it only if its spec.sharedWith lists this namespace)",
+        )
     known = model is not None or name in catalog.endpoints.models()
     reason = Reason.MODEL_NOT_ALLOWED if known else Reason.MODEL_NOT_FOUND
     verb = "is not available to you" if known else "does not exist"

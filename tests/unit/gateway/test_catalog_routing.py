@@ -90,7 +90,8 @@ def worker_pod(namespace: str, ip: str, model: str) -> dict[str, Any]:
 
 def test_a_served_name_claimed_in_two_namespaces_resolves_to_the_callers_own() -> None:
     """Team A's and team B's "chat" are different models: each team's tenants reach their own,
-    and their endpoints never mix; a tenant elsewhere gets the first by namespace/name."""
+    and their endpoints never mix. A tenant elsewhere gets neither, as neither namespace shares
+    it (issue 35, finding 4: before, it got the first by namespace/name, team-a's)."""
     spec = {**MODEL_SPEC, "model": {"name": "chat", "aliases": ["assistant"]}, "pools": ["online"]}
     cat = catalog.from_objects(
         pools=[in_ns("team-a", "online", {}), in_ns("team-b", "online", {})],
@@ -107,9 +108,9 @@ def test_a_served_name_claimed_in_two_namespaces_resolves_to_the_callers_own() -
             urls = [e.url for e in cat.endpoints.group(name, pool=pool).endpoints]
             assert urls == [f"http://{ip}:8000"]
         assert cat.visible(team)["chat"].namespace == team
-    elsewhere = cat.model("chat", "team-c")
-    assert elsewhere is not None and elsewhere.namespace == "team-a"
-    assert cat.model("chat") is elsewhere  # static callers and the cluster-wide view agree
+    assert cat.model("chat", "team-c") is None and "chat" not in cat.visible("team-c")
+    cluster_wide = cat.model("chat")  # static callers: the first by namespace/name
+    assert cluster_wide is not None and cluster_wide.namespace == "team-a"
     assert cat.model("missing", "team-a") is None
 
 
@@ -124,7 +125,8 @@ def test_a_tenants_namespace_comes_from_its_key() -> None:
 
 
 def test_a_namespaces_broken_model_is_unavailable_to_it_not_replaced_by_anothers() -> None:
-    good = {**MODEL_SPEC, "model": {"name": "chat"}, "pools": ["online"]}
+    """Not even by one another namespace shares with every namespace (spec.sharedWith)."""
+    good = {**MODEL_SPEC, "model": {"name": "chat"}, "pools": ["online"], "sharedWith": ["*"]}
     broken = {"model": {"name": "chat"}, "pools": ["online"]}  # no artifact: does not parse
     cat = catalog.from_objects(
         pools=[],

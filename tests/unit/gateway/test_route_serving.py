@@ -129,10 +129,14 @@ def test_another_namespaces_model_does_not_shadow_a_route() -> None:
 
 
 def test_a_tenants_own_namespace_first() -> None:
-    c = cluster(obj(spec(target="large"), "auto", "a-ns"), obj(spec(), "auto", "team"))
+    """Another namespace's route serves a namespace only when it shares the name with it
+    (issue 35, finding 4: before, `yyy` too got a-ns's, the first by namespace/name)."""
+    shared = spec(target="large", sharedWith=["zzz"])
+    c = cluster(obj(shared, "auto", "a-ns"), obj(spec(), "auto", "team"))
     own, elsewhere = c.route("chat-auto", "team"), c.route("chat-auto", "zzz")
     assert own is not None and own.namespace == "team"
     assert elsewhere is not None and elsewhere.namespace == "a-ns"
+    assert c.route("chat-auto", "yyy") is None
 
 
 @pytest.mark.parametrize(
@@ -322,7 +326,7 @@ def test_route_rules_name_tenants_and_groups_of_the_routes_namespace(
         {"name": "vip", "match": {"tenants": ["acme"]}, "targets": [{"model": "large"}]},
         {"name": "evals", "match": {"tenantGroups": ["evals"]}, "targets": [{"model": "large"}]},
     ]
-    c = cluster(obj(spec(rules=rules), "auto"))
+    c = cluster(obj(spec(rules=rules, sharedWith=["other"]), "auto"))
     iso = {"mode": "SharedGroup", "group": group} if group else {}
     who = catalog.tenant_of(
         key,
@@ -396,14 +400,16 @@ def test_a_route_of_another_namespace_serves_only_targets_the_tenant_may_call(
     them writes its routes). A tenant whose namespace has no `chat-auto` finds another
     namespace's route by name, and that route's author must not choose which of the tenant's
     namespace's models it gets (finding 4 of issue 35: targets skipped the model check, so a
-    route in namespace `aaa` served team's `large` to a tenant allowed only `chat-auto`)."""
+    route in namespace `aaa` served team's `large` to a tenant allowed only `chat-auto`). The
+    route shares its name with every namespace: else it would not serve `team` at all
+    (tests/unit/gateway/test_name_claiming.py)."""
     c = catalog.from_objects(
         pools=[obj({}, "p"), obj({}, "p", "aaa")],
         models=[deployment("small"), deployment("large")],
         tenants=[],
         secrets=[],
         pods=[],
-        routes=[obj(spec(target="large"), "auto", route_ns)],
+        routes=[obj(spec(target="large", sharedWith=["*"]), "auto", route_ns)],
     )
     directed = model_routing.direct(c, tenant(allowed), parsed(), headers={}, draw=lambda: 0)
     if served is None:
