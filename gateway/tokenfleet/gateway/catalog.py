@@ -200,7 +200,13 @@ class Catalog:
             return self.local.get((namespace, name))
         if not namespace:
             return self.models.get(name)
-        return next((m for m in self.shared.get(name, ()) if m.served_to(namespace)), None)
+        shared = next((m for m in self.shared.get(name, ()) if m.served_to(namespace)), None)
+        if shared is not None:
+            return shared
+        # a model of no namespace (static configuration) is served to every caller: there are
+        # no namespaces to keep apart, even when the configured tenants' names carry one
+        static = self.models.get(name)
+        return static if static is not None and not static.namespace else None
 
     def adapters_for(self, tenant: Tenant) -> list[str]:
         """The served names of the offered adapters that name ``tenant``."""
@@ -224,9 +230,10 @@ class Catalog:
         if not namespace:
             out = {n: m for n, m in self.models.items() if (namespace, n) not in self.claimed}
         else:
+            names = {*self.shared, *(n for n, m in self.models.items() if not m.namespace)}
             out = {
                 n: m
-                for n in self.shared
+                for n in names
                 if (namespace, n) not in self.claimed
                 and (m := self.model(n, namespace)) is not None
             }

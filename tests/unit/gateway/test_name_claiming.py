@@ -143,3 +143,21 @@ def test_a_namespaces_own_name_wins_over_one_shared_with_it() -> None:
     assert third is not None and third.namespace == ATTACKER
     third_route = c.route("chat-auto", "third")
     assert third_route is not None and third_route.namespace == ATTACKER
+
+
+def test_a_static_configurations_model_is_served_to_tenants_whose_names_carry_a_namespace() -> None:
+    """Static mode has no namespaces to keep apart: a configured model (no namespace) is served
+    to a configured tenant named ``ns/team`` (the key the operator reads its counters by).
+    The first version of this change refused it (404 model_not_found, in
+    test_tenant_usage_status's fresh-clone run)."""
+    from tokenfleet.gateway.config import StaticConfig
+
+    config = StaticConfig.model_validate(
+        {
+            "models": [{"name": "m", "endpoints": ["http://127.0.0.1:9"]}],
+            "tenants": [{"name": "ns/team", "apiKeyHashes": ["0" * 64], "allowedModels": ["*"]}],
+        }
+    )
+    cat = config.catalog()
+    assert cat.model("m", "ns") is not None
+    assert "m" in cat.visible("ns")
